@@ -1,0 +1,135 @@
+"""Hashes of the XET-BLAKE3-GEARHASH-LZ4 suite: chunk, merkle node, xorb, file, verification.
+
+All hashes are 32 raw bytes. Their text form (``hash_to_hex``) prints each 8-byte lane as a
+little-endian u64, which is how every XET client and server names objects.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import blake3
+
+from .constants import (
+    DATA_KEY,
+    GLOBAL_DEDUP_MODULUS,
+    HASH_SIZE,
+    INTERNAL_NODE_KEY,
+    MAX_CHILDREN,
+    MEAN_BRANCHING_FACTOR,
+    VERIFICATION_KEY,
+    ZERO_HASH,
+    ZERO_KEY,
+)
+from .errors import FormatError
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def hash_to_hex(digest: bytes) -> str:
+    """The XET string form: four little-endian u64 lanes, each as 16 hex digits."""
+    if len(digest) != HASH_SIZE:
+        raise FormatError(f"a hash is {HASH_SIZE} bytes, got {len(digest)}")
+    return "".join(digest[i : i + 8][::-1].hex() for i in range(0, HASH_SIZE, 8))
+
+
+def hex_to_hash(text: str) -> bytes:
+    """Inverse of hash_to_hex; rejects anything but exactly 64 hex digits."""
+    if len(text) != 2 * HASH_SIZE or not _HEX_DIGITS.issuperset(text):
+        raise FormatError(f"not a 64-digit hex hash: {text[:80]!r}")
+    raw = bytes.fromhex(text)
+    return b"".join(raw[i : i + 8][::-1] for i in range(0, HASH_SIZE, 8))
+
+
+def is_hash_hex(text: str) -> bool:
+    """True when text is a well-formed hash string (safe to use in paths)."""
+    return len(text) == 2 * HASH_SIZE and _HEX_DIGITS.issuperset(text)
+
+
+def keyed_hash(key: bytes, data: bytes | memoryview) -> bytes:
+    """BLAKE3 keyed hash with a 32-byte key."""
+    return blake3.blake3(data, key=key).digest()
+
+
+def chunk_hash(data: bytes | memoryview) -> bytes:
+    """Hash of one chunk's uncompressed bytes (DATA_KEY)."""
+    return blake3.blake3(data, key=DATA_KEY).digest()
+
+
+def hmac_chunk_hash(chunk_digest: bytes, key: bytes) -> bytes:
+    """The keyed chunk hash used in global-dedup shards (xet-core calls it HMAC)."""
+    return blake3.blake3(chunk_digest, key=key).digest()
+
+
+def last_lane(digest: bytes) -> int:
+    """The hash's last 8 bytes as a little-endian u64 (used for tree cuts and dedup sampling)."""
+    return int.from_bytes(digest[24:32], "little")
+
+
+def truncated_hash(digest: bytes) -> int:
+    """The first lane as a little-endian u64: the key of shard lookup tables."""
+    return int.from_bytes(digest[0:8], "little")
+
+
+def hash_sort_key(digest: bytes) -> tuple[int, int, int, int]:
+    """Ordering of xet-core's DataHash ([u64; 4] compared lane by lane) = hash-string order."""
+    return struct.unpack("<4Q", digest)
+
+
+def is_global_dedup_eligible(digest: bytes) -> bool:
+    """A chunk whose hash is a multiple of 1024 in its last lane is worth a global dedup query."""
+    return last_lane(digest) % GLOBAL_DEDUP_MODULUS == 0
+
+
+def merged_node_hash(children: Sequence[tuple[bytes, int]]) -> tuple[bytes, int]:
+    """One internal node: keyed hash over '{hex} : {size}\\n' lines, and the summed size."""
+    text = "".join(f"{hash_to_hex(h)} : {size}\n" for h, size in children)
+    return keyed_hash(INTERNAL_NODE_KEY, text.encode("ascii")), sum(size for _, size in children)
+
+
+def _next_merge_cut(nodes: Sequence[tuple[bytes, int]], start: int) -> int:
+    """Number of nodes from `start` merged into the next parent (2..9, content defined)."""
+    remaining = len(nodes) - start
+    if remaining <= 2:
+        return remaining
+    end = min(MAX_CHILDREN, remaining)
+    for i in range(2, end):
+        if last_lane(nodes[start + i][0]) % MEAN_BRANCHING_FACTOR == 0:
+            return i + 1
+    return end
+
+
+def merkle_root(nodes: Sequence[tuple[bytes, int]]) -> bytes:
+    """Root of the aggregated hash tree over (hash, size) leaves; ZERO_HASH when empty."""
+    if not nodes:
+        return ZERO_HASH
+    level = list(nodes)
+    while len(level) > 1:
+        parents = []
+        start = 0
+        while start < len(level):
+            cut = _next_merge_cut(level, start)
+            parents.append(merged_node_hash(level[start : start + cut]))
+            start += cut
+        level = parents
+    return level[0][0]
+
+
+def xorb_hash(chunk_hashes: Sequence[bytes], chunk_sizes: Sequence[int]) -> bytes:
+    """Hash of a xorb: the merkle root of its chunks (independent of compression)."""
+    if len(chunk_hashes) != len(chunk_sizes):
+        raise ValueError("chunk_hashes and chunk_sizes differ in length")
+    return merkle_root(list(zip(chunk_hashes, chunk_sizes)))
+
+
+def file_hash(chunk_hashes: Sequence[bytes], chunk_sizes: Sequence[int]) -> bytes:
+    """Hash of a file from its chunks. An empty file hashes to 32 zero bytes, as hf-xet does."""
+    if not chunk_hashes:
+        return ZERO_HASH
+    return keyed_hash(ZERO_KEY, xorb_hash(chunk_hashes, chunk_sizes))
+
+
+def verification_hash(chunk_hashes: Sequence[bytes]) -> bytes:
+    """Term verification hash over the raw chunk hashes of one term's chunk range."""
+    return keyed_hash(VERIFICATION_KEY, b"".join(chunk_hashes))
