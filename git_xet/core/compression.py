@@ -1,0 +1,129 @@
+"""Chunk compression: None, LZ4 (frame format) and ByteGrouping4 + LZ4, with a selection policy.
+
+Decoders are bounded: the declared uncompressed size (at most MAX_CHUNK_SIZE) caps what the
+LZ4 decoder may produce, so a hostile payload cannot make us allocate more than that.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import IntEnum
+
+import lz4.frame
+
+from .constants import MAX_CHUNK_SIZE
+from .errors import FormatError
+
+
+class CompressionScheme(IntEnum):
+    NONE = 0
+    LZ4 = 1
+    BG4_LZ4 = 2
+
+
+def bg4_split(data: bytes | memoryview) -> bytes:
+    """Byte grouping: all bytes at i % 4 == 0, then 1, 2, 3 (extra bytes go to the first groups)."""
+    raw = bytes(data)
+    return raw[0::4] + raw[1::4] + raw[2::4] + raw[3::4]
+
+
+def bg4_join(grouped: bytes | memoryview, length: int) -> bytes:
+    """Inverse of bg4_split for an original of `length` bytes."""
+    if len(grouped) != length:
+        raise FormatError(f"byte-grouped data is {len(grouped)} bytes, expected {length}")
+    base, extra = divmod(length, 4)
+    out = bytearray(length)
+    pos = 0
+    for lane in range(4):
+        size = base + (1 if lane < extra else 0)
+        out[lane::4] = grouped[pos : pos + size]
+        pos += size
+    return bytes(out)
+
+
+def _lz4_compress(data: bytes | memoryview) -> bytes:
+    return lz4.frame.compress(data, store_size=True)
+
+
+def _lz4_decompress(payload: bytes | memoryview, size: int) -> bytes:
+    decoder = lz4.frame.LZ4FrameDecompressor()
+    try:
+        out = decoder.decompress(bytes(payload), max_length=size)
+    except RuntimeError as exc:  # python-lz4 reports malformed frames as RuntimeError
+        raise FormatError(f"corrupt LZ4 frame: {exc}") from None
+    if len(out) != size or not decoder.eof:
+        raise FormatError(f"LZ4 frame does not decode to the declared {size} bytes")
+    return out
+
+
+def compress(data: bytes | memoryview, scheme: CompressionScheme) -> bytes:
+    """Encode `data` with exactly `scheme` (no fallback; see compress_chunk for the policy)."""
+    if scheme is CompressionScheme.NONE:
+        return bytes(data)
+    if scheme is CompressionScheme.LZ4:
+        return _lz4_compress(data)
+    if scheme is CompressionScheme.BG4_LZ4:
+        return _lz4_compress(bg4_split(data))
+    raise FormatError(f"unknown compression scheme {scheme!r}")
+
+
+def decompress(payload: bytes | memoryview, scheme: int, uncompressed_size: int) -> bytes:
+    """Decode one chunk payload; never produces more than `uncompressed_size` bytes."""
+    if not 0 < uncompressed_size <= MAX_CHUNK_SIZE:
+        raise FormatError(f"chunk size {uncompressed_size} outside 1..{MAX_CHUNK_SIZE}")
+    if scheme == CompressionScheme.NONE:
+        if len(payload) != uncompressed_size:
+            raise FormatError("uncompressed chunk payload length differs from its declared size")
+        return bytes(payload)
+    if scheme == CompressionScheme.LZ4:
+        return _lz4_decompress(payload, uncompressed_size)
+    if scheme == CompressionScheme.BG4_LZ4:
+        return bg4_join(_lz4_decompress(payload, uncompressed_size), uncompressed_size)
+    raise FormatError(f"unknown compression scheme {scheme}")
+
+
+def compress_chunk(data: bytes | memoryview, preferred: CompressionScheme) -> tuple[CompressionScheme, bytes]:
+    """Compress with `preferred`, or store raw when that does not make the chunk smaller."""
+    if preferred is not CompressionScheme.NONE:
+        packed = compress(data, preferred)
+        if len(packed) < len(data):
+            return preferred, packed
+    return CompressionScheme.NONE, bytes(data)
+
+
+_POPCOUNT = bytes(bin(i).count("1") for i in range(256))
+_POPCOUNT_VALUES = [bytes([v]) for v in range(9)]
+BG4_KL_THRESHOLD = 0.02
+
+
+def bg4_recommended(sample: bytes | memoryview) -> bool:
+    """xet-core's BG4 predictor: compare per-lane popcount histograms to the pooled one.
+
+    Structured data (floats, ints) has lanes whose bytes look different (e.g. exponent bytes vs
+    mantissa bytes); when the largest KL divergence of a lane's distribution of per-byte
+    popcounts from the pooled distribution exceeds 0.02, grouping bytes by lane helps LZ4.
+    """
+    raw = bytes(sample)
+    histograms = []
+    for lane in range(4):
+        counts = raw[lane::4].translate(_POPCOUNT)
+        histograms.append([counts.count(v) for v in _POPCOUNT_VALUES])
+    pooled = [1 + sum(h[j] for h in histograms) for j in range(9)]
+    pooled_total = sum(pooled) - 9  # the +1 smoothing is not counted, as in xet-core
+    max_kl = 0.0
+    for hist in histograms:
+        total = sum(hist)
+        if total == 0:
+            continue
+        kl = 0.0
+        for j in range(9):
+            if hist[j]:
+                p = hist[j] / total
+                kl += p * math.log(p / (pooled[j] / pooled_total))
+        max_kl = max(max_kl, kl)
+    return max_kl > BG4_KL_THRESHOLD
+
+
+def predict_scheme(sample: bytes | memoryview) -> CompressionScheme:
+    """The scheme to try for a run of chunks that `sample` represents."""
+    return CompressionScheme.BG4_LZ4 if bg4_recommended(sample) else CompressionScheme.LZ4

@@ -1,0 +1,319 @@
+"""Xorb format: chunk records (8-byte header + payload) and the optional CasObjectInfo footer.
+
+Uploaded xorbs carry no footer (hf-xet sends none and the server rebuilds it); stored xorbs
+and hf-xet's local store have one. ``parse_xorb`` reads either form; ``parse_chunk_records``
+reads a bare run of records such as a byte range served for download.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .compression import CompressionScheme, compress_chunk, decompress, predict_scheme
+from .constants import HASH_SIZE, MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
+from .errors import FormatError, HashMismatchError, TruncatedError
+from .hashes import chunk_hash, xorb_hash
+
+CHUNK_HEADER_SIZE = 8
+CHUNK_FORMAT_VERSION = 0
+# One compression decision per run of chunks, as xet-core does: the predictor is cheap but
+# not free, and neighbouring chunks of one file tend to share structure.
+CHUNKS_PER_COMPRESSION_DECISION = 32
+
+_FOOTER_IDENT = b"XETBLOB"
+_FOOTER_VERSION = 1
+_HASHES_IDENT = b"XBLBHSH"
+_HASHES_VERSION = 0
+_BOUNDARIES_IDENT = b"XBLBBND"
+_BOUNDARIES_VERSION = 1
+_TRAILER = struct.Struct("<III16s")  # num_chunks, hashes offset from end, boundaries offset from end, buffer
+
+
+def pack_chunk_header(compressed_size: int, scheme: int, uncompressed_size: int) -> bytes:
+    return (
+        bytes([CHUNK_FORMAT_VERSION])
+        + compressed_size.to_bytes(3, "little")
+        + bytes([scheme])
+        + uncompressed_size.to_bytes(3, "little")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """Where one serialized chunk sits: its header at `offset`, payload right after."""
+
+    offset: int
+    compressed_size: int
+    scheme: int
+    uncompressed_size: int
+
+    @property
+    def payload_start(self) -> int:
+        return self.offset + CHUNK_HEADER_SIZE
+
+    @property
+    def end(self) -> int:
+        return self.offset + CHUNK_HEADER_SIZE + self.compressed_size
+
+
+def parse_chunk_records(data: bytes | memoryview, max_chunks: int = MAX_XORB_CHUNKS) -> tuple[list[ChunkRecord], int]:
+    """Read consecutive chunk records; stop at the last complete one.
+
+    Returns the records and the offset where parsing stopped (== len(data) when the data is
+    exactly a run of records). Malformed headers (bad version, sizes out of range, unknown
+    scheme) raise FormatError: only a cut-off final record is tolerated.
+    """
+    view = memoryview(data)
+    records: list[ChunkRecord] = []
+    pos = 0
+    total = len(view)
+    while total - pos >= CHUNK_HEADER_SIZE:
+        header = view[pos : pos + CHUNK_HEADER_SIZE]
+        version = header[0]
+        csize = int.from_bytes(header[1:4], "little")
+        scheme = header[4]
+        usize = int.from_bytes(header[5:8], "little")
+        if version != CHUNK_FORMAT_VERSION:
+            raise FormatError(f"chunk {len(records)} at byte {pos}: unknown chunk version {version}")
+        if scheme not in CompressionScheme._value2member_map_:
+            raise FormatError(f"chunk {len(records)} at byte {pos}: unknown compression scheme {scheme}")
+        if not 0 < usize <= MAX_CHUNK_SIZE or not 0 < csize <= MAX_CHUNK_SIZE:
+            raise FormatError(f"chunk {len(records)} at byte {pos}: sizes {csize}/{usize} out of range")
+        if pos + CHUNK_HEADER_SIZE + csize > total:
+            break
+        if len(records) >= max_chunks:
+            raise FormatError(f"more than {max_chunks} chunks")
+        records.append(ChunkRecord(pos, csize, scheme, usize))
+        pos += CHUNK_HEADER_SIZE + csize
+    return records, pos
+
+
+def decode_chunk(data: bytes | memoryview, record: ChunkRecord) -> bytes:
+    """Uncompressed bytes of one chunk record."""
+    payload = memoryview(data)[record.payload_start : record.end]
+    return decompress(payload, record.scheme, record.uncompressed_size)
+
+
+@dataclass(frozen=True)
+class XorbFooter:
+    """CasObjectInfo v1: xorb hash, chunk hashes, serialized and unpacked chunk end offsets."""
+
+    xorb_hash: bytes
+    chunk_hashes: tuple[bytes, ...]
+    byte_ends: tuple[int, ...]
+    unpacked_ends: tuple[int, ...]
+
+    def serialize(self) -> bytes:
+        """The footer followed by its 4-byte little-endian length, as xet-core writes it."""
+        n = len(self.chunk_hashes)
+        hashes_section = _HASHES_IDENT + bytes([_HASHES_VERSION]) + struct.pack("<I", n) + b"".join(self.chunk_hashes)
+        boundaries_section = (
+            _BOUNDARIES_IDENT
+            + bytes([_BOUNDARIES_VERSION])
+            + struct.pack("<I", n)
+            + struct.pack(f"<{n}I", *self.byte_ends)
+            + struct.pack(f"<{n}I", *self.unpacked_ends)
+        )
+        head = _FOOTER_IDENT + bytes([_FOOTER_VERSION]) + self.xorb_hash
+        info_len = len(head) + len(hashes_section) + len(boundaries_section) + _TRAILER.size
+        trailer = _TRAILER.pack(n, info_len - len(head), info_len - len(head) - len(hashes_section), bytes(16))
+        info = head + hashes_section + boundaries_section + trailer
+        return info + struct.pack("<I", len(info))
+
+    @classmethod
+    def parse(cls, info: bytes | memoryview) -> XorbFooter:
+        """Parse a CasObjectInfo block (without its trailing length field)."""
+        view = memoryview(info)
+        size = len(view)
+        min_size = 8 + HASH_SIZE + 12 + 12 + _TRAILER.size
+        if size < min_size:
+            raise TruncatedError("xorb footer too short")
+        if bytes(view[0:7]) != _FOOTER_IDENT or view[7] != _FOOTER_VERSION:
+            raise FormatError("xorb footer: bad ident or version")
+        digest = bytes(view[8:40])
+        pos = 40
+        if bytes(view[pos : pos + 7]) != _HASHES_IDENT or view[pos + 7] != _HASHES_VERSION:
+            raise FormatError("xorb footer: bad hash section ident or version")
+        (n,) = struct.unpack_from("<I", view, pos + 8)
+        pos += 12
+        # Bound every count by the bytes actually present before allocating anything.
+        if n > MAX_XORB_CHUNKS or size < pos + n * HASH_SIZE + 12 + 8 * n + _TRAILER.size:
+            raise FormatError(f"xorb footer: {n} chunks do not fit in {size} bytes")
+        hashes = tuple(bytes(view[pos + i * HASH_SIZE : pos + (i + 1) * HASH_SIZE]) for i in range(n))
+        pos += n * HASH_SIZE
+        if bytes(view[pos : pos + 7]) != _BOUNDARIES_IDENT or view[pos + 7] != _BOUNDARIES_VERSION:
+            raise FormatError("xorb footer: bad boundary section ident or version")
+        (n_bounds,) = struct.unpack_from("<I", view, pos + 8)
+        if n_bounds != n:
+            raise FormatError("xorb footer: hash and boundary sections disagree on the chunk count")
+        pos += 12
+        byte_ends = struct.unpack_from(f"<{n}I", view, pos)
+        unpacked_ends = struct.unpack_from(f"<{n}I", view, pos + 4 * n)
+        pos += 8 * n
+        if pos + _TRAILER.size != size:
+            raise FormatError("xorb footer: unexpected length")
+        n_trailer, _hashes_from_end, _bounds_from_end, _buffer = _TRAILER.unpack_from(view, pos)
+        if n_trailer != n:
+            raise FormatError("xorb footer: trailer chunk count disagrees")
+        return cls(digest, hashes, tuple(byte_ends), tuple(unpacked_ends))
+
+
+@dataclass(frozen=True)
+class ParsedXorb:
+    """A parsed xorb: its chunk records, and its footer when it had one."""
+
+    records: list[ChunkRecord]
+    body_length: int
+    footer: XorbFooter | None
+    trailing_bytes: int = 0
+
+    @property
+    def uncompressed_size(self) -> int:
+        return sum(r.uncompressed_size for r in self.records)
+
+
+def _split_footer(view: memoryview) -> tuple[memoryview, XorbFooter | None]:
+    if len(view) < 4:
+        return view, None
+    (info_len,) = struct.unpack_from("<I", view, len(view) - 4)
+    start = len(view) - 4 - info_len
+    if info_len < len(_FOOTER_IDENT) or start < 0 or bytes(view[start : start + 7]) != _FOOTER_IDENT:
+        return view, None
+    return view[:start], XorbFooter.parse(view[start : len(view) - 4])
+
+
+def parse_xorb(data: bytes | memoryview) -> ParsedXorb:
+    """Parse a whole xorb, with or without footer.
+
+    Without a footer the reader stops at the last complete chunk record (the public reference
+    xorb ends with stray bytes). With a footer, the footer must describe exactly the records.
+    """
+    body, footer = _split_footer(memoryview(data))
+    records, end = parse_chunk_records(body)
+    if footer is not None:
+        if end != len(body):
+            raise FormatError("xorb with footer has bytes between its last chunk and the footer")
+        if len(footer.byte_ends) != len(records) or any(r.end != e for r, e in zip(records, footer.byte_ends)):
+            raise FormatError("xorb footer chunk boundaries do not match the chunk records")
+        unpacked = 0
+        for record, expected in zip(records, footer.unpacked_ends):
+            unpacked += record.uncompressed_size
+            if unpacked != expected:
+                raise FormatError("xorb footer unpacked offsets do not match the chunk records")
+    return ParsedXorb(records, end, footer, len(body) - end)
+
+
+def decode_all_chunks(data: bytes | memoryview, records: Sequence[ChunkRecord]) -> list[bytes]:
+    return [decode_chunk(data, r) for r in records]
+
+
+@dataclass(frozen=True)
+class VerifiedXorb:
+    """A xorb body whose chunks were decoded and hashed: what a server stores."""
+
+    xorb_hash: bytes
+    body: bytes
+    chunk_hashes: tuple[bytes, ...]
+    chunk_sizes: tuple[int, ...]
+    byte_ends: tuple[int, ...]
+
+    def footer(self) -> XorbFooter:
+        unpacked_ends = []
+        total = 0
+        for size in self.chunk_sizes:
+            total += size
+            unpacked_ends.append(total)
+        return XorbFooter(self.xorb_hash, self.chunk_hashes, self.byte_ends, tuple(unpacked_ends))
+
+    def with_footer(self) -> bytes:
+        return self.body + self.footer().serialize()
+
+
+def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) -> VerifiedXorb:
+    """Decode every chunk, recompute the xorb hash and check it (and any footer) agrees.
+
+    This is how a server accepts an upload: a footerless body is rebuilt with a footer from
+    what the chunks actually hash to; anything truncated or tampered with fails the hash.
+    """
+    parsed = parse_xorb(data)
+    if not parsed.records:
+        raise FormatError("xorb has no complete chunk")
+    if parsed.trailing_bytes:
+        raise TruncatedError(f"xorb ends with {parsed.trailing_bytes} bytes of an incomplete chunk")
+    view = memoryview(data)
+    total = sum(r.uncompressed_size for r in parsed.records)
+    if total > MAX_XORB_BYTES:
+        raise FormatError(f"xorb holds {total} bytes, more than {MAX_XORB_BYTES}")
+    hashes = tuple(chunk_hash(decode_chunk(view, r)) for r in parsed.records)
+    sizes = tuple(r.uncompressed_size for r in parsed.records)
+    digest = xorb_hash(hashes, sizes)
+    if expected_hash is not None and digest != expected_hash:
+        raise HashMismatchError("xorb content does not match its hash")
+    if parsed.footer is not None and (parsed.footer.xorb_hash != digest or parsed.footer.chunk_hashes != hashes):
+        raise HashMismatchError("xorb footer hashes do not match its chunks")
+    return VerifiedXorb(digest, bytes(view[: parsed.body_length]), hashes, sizes, tuple(r.end for r in parsed.records))
+
+
+@dataclass
+class XorbBuilder:
+    """Accumulates chunks into one xorb within the 64 MiB / 8192-chunk limits.
+
+    Compression is decided once per CHUNKS_PER_COMPRESSION_DECISION chunks by the BG4
+    predictor; a chunk that does not shrink is stored raw.
+    """
+
+    _parts: list[bytes] = field(default_factory=list)
+    _hashes: list[bytes] = field(default_factory=list)
+    _sizes: list[int] = field(default_factory=list)
+    _byte_ends: list[int] = field(default_factory=list)
+    _body_size: int = 0
+    _unpacked_size: int = 0
+    _scheme: CompressionScheme = CompressionScheme.LZ4
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self._hashes)
+
+    @property
+    def unpacked_size(self) -> int:
+        return self._unpacked_size
+
+    @property
+    def serialized_size(self) -> int:
+        return self._body_size
+
+    def can_add(self, size: int) -> bool:
+        return self.num_chunks < MAX_XORB_CHUNKS and self._unpacked_size + size <= MAX_XORB_BYTES
+
+    def add(self, data: bytes, digest: bytes | None = None) -> int:
+        """Append a chunk; returns its index in the xorb. Check can_add first."""
+        if not data or len(data) > MAX_CHUNK_SIZE:
+            raise ValueError(f"chunk size {len(data)} outside 1..{MAX_CHUNK_SIZE}")
+        if not self.can_add(len(data)):
+            raise ValueError("xorb is full")
+        index = self.num_chunks
+        if index % CHUNKS_PER_COMPRESSION_DECISION == 0:
+            self._scheme = predict_scheme(data)
+        scheme, payload = compress_chunk(data, self._scheme)
+        record = pack_chunk_header(len(payload), scheme, len(data)) + payload
+        self._parts.append(record)
+        self._body_size += len(record)
+        self._byte_ends.append(self._body_size)
+        self._hashes.append(digest if digest is not None else chunk_hash(data))
+        self._sizes.append(len(data))
+        self._unpacked_size += len(data)
+        return index
+
+    def build(self) -> VerifiedXorb:
+        """The finished xorb (body without footer, plus everything needed for its footer)."""
+        if not self._hashes:
+            raise ValueError("empty xorb")
+        return VerifiedXorb(
+            xorb_hash(self._hashes, self._sizes),
+            b"".join(self._parts),
+            tuple(self._hashes),
+            tuple(self._sizes),
+            tuple(self._byte_ends),
+        )
