@@ -1,0 +1,118 @@
+"""Chunk and hash a file using both cores.
+
+The C gearhash scan and BLAKE3 both release the GIL, so a two-stage pipeline (one thread
+finds chunk boundaries in a memory-mapped file, the caller's thread hashes the chunks) runs
+at the speed of the slower stage instead of the sum of both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.chunking import Chunker
+from ..core.constants import ZERO_HASH
+from ..core.hashes import chunk_hash, file_hash
+
+SCAN_BLOCK = 16 * 1024 * 1024
+_QUEUE_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """What hashing a file yields: its XET hash, its chunks and, if asked, its sha256."""
+
+    file_hash: bytes
+    size: int
+    chunk_hashes: tuple[bytes, ...]
+    chunk_sizes: tuple[int, ...]
+    sha256: bytes | None = None
+
+
+def iter_chunk_ends(view: memoryview, *, sha256: hashlib._Hash | None = None, block_size: int = SCAN_BLOCK) -> Iterator[int]:
+    """Yield the chunk end offsets of `view`, scanning ahead in a background thread.
+
+    When `sha256` is given it is updated with the whole view, in the scanning thread.
+    """
+    ends: queue.Queue[list[int] | BaseException | None] = queue.Queue(_QUEUE_DEPTH)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            chunker = Chunker()
+            for start in range(0, len(view), block_size):
+                if stop.is_set():
+                    return
+                block = view[start : start + block_size]
+                found = chunker.feed(block)
+                if sha256 is not None:
+                    sha256.update(block)
+                if found:
+                    ends.put(found)
+            last = chunker.finish()
+            ends.put([last] if last is not None else [])
+            ends.put(None)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+            ends.put(exc)
+
+    worker = threading.Thread(target=produce, name="git-xet-chunk-scan", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = ends.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield from item
+    finally:
+        stop.set()
+        while worker.is_alive():  # drain so a blocked producer can see `stop`
+            try:
+                ends.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        worker.join()
+
+
+def hash_bytes(data: bytes | memoryview, *, with_sha256: bool = False) -> FileDigest:
+    """Chunk and hash an in-memory buffer."""
+    view = memoryview(data)
+    digest = hashlib.sha256() if with_sha256 else None
+    hashes: list[bytes] = []
+    sizes: list[int] = []
+    prev = 0
+    if len(view):
+        for end in iter_chunk_ends(view, sha256=digest):
+            hashes.append(chunk_hash(view[prev:end]))
+            sizes.append(end - prev)
+            prev = end
+    elif digest is not None:
+        digest.update(b"")
+    return FileDigest(
+        file_hash(hashes, sizes) if hashes else ZERO_HASH,
+        len(view),
+        tuple(hashes),
+        tuple(sizes),
+        digest.digest() if digest is not None else None,
+    )
+
+
+def hash_file(path: str | os.PathLike[str], *, with_sha256: bool = False) -> FileDigest:
+    """Chunk and hash a file on disk (memory-mapped: no copy, bounded resident memory)."""
+    with open(Path(path), "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return hash_bytes(b"", with_sha256=with_sha256)
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                return hash_bytes(view, with_sha256=with_sha256)
+            finally:
+                view.release()
