@@ -1,0 +1,41 @@
+# Shared set-up for install/*.sh: system packages, then a project virtualenv with git-xet in it.
+# Usage: EXTRAS=test source install/common.sh   (sets ROOT and VENV)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${GIT_XET_VENV:-$ROOT/.venv}"
+EXTRAS="${EXTRAS:-}"
+
+missing=()
+command -v python3 >/dev/null || missing+=(python3)
+command -v git >/dev/null || missing+=(git)
+command -v git-lfs >/dev/null || missing+=(git-lfs)
+command -v cc >/dev/null || missing+=(gcc)
+if command -v python3 >/dev/null; then
+  python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+  python3 - <<'PY' || missing+=(python3-dev)
+import os, sys, sysconfig
+sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)
+PY
+else
+  missing+=(python3-venv python3-dev)
+fi
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "git-xet: installing system packages: ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "git-xet: missing system packages: ${missing[*]}" >&2
+    echo "         install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}) and rerun." >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+spec="$ROOT"
+[ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$spec"

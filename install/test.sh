@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set up everything on a fresh machine (system packages, virtualenv, test deps) and run the tests.
+# Extra arguments go to pytest, e.g.  bash install/test.sh -k shard -x
+EXTRAS=test source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$ROOT"
+exec "$VENV/bin/python" -m pytest "$@"
