@@ -35,7 +35,13 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 spec="$ROOT"
 [ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$spec"
+log="$VENV/install.log"
+# Build-backend chatter goes to a log; it is shown only when the install fails.
+if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip &&
+       "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$spec"; } >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "git-xet: installing into $VENV failed; full log: $log" >&2
+  exit 1
+fi

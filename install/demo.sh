@@ -10,7 +10,8 @@ trap 'rm -rf "$work"' EXIT
 import os, random, sys
 work, size = sys.argv[1], int(sys.argv[2]) * 1024 * 1024
 rng = random.Random(42)
-v1 = bytearray(rng.randbytes(size))
+piece = 16 * 1024 * 1024  # randbytes takes at most 2**31 bits at a time
+v1 = bytearray(b"".join(rng.randbytes(min(piece, size - i)) for i in range(0, size, piece)))
 with open(os.path.join(work, "model-v1.bin"), "wb") as f:
     f.write(v1)
 # v2: ten in-place edits totalling 1% of the file, plus an insertion that shifts everything after it.
