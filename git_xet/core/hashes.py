@@ -59,7 +59,7 @@ def chunk_hash(data: bytes | memoryview) -> bytes:
 
 def hmac_chunk_hash(chunk_digest: bytes, key: bytes) -> bytes:
     """The keyed chunk hash used in global-dedup shards (xet-core calls it HMAC)."""
-    return blake3.blake3(chunk_digest, key=key).digest()
+    return keyed_hash(key, chunk_digest)
 
 
 def last_lane(digest: bytes) -> int:

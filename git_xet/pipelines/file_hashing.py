@@ -93,8 +93,6 @@ def hash_bytes(data: bytes | memoryview, *, with_sha256: bool = False) -> FileDi
             hashes.append(chunk_hash(view[prev:end]))
             sizes.append(end - prev)
             prev = end
-    elif digest is not None:
-        digest.update(b"")
     return FileDigest(
         file_hash(hashes, sizes) if hashes else ZERO_HASH,
         len(view),
