@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def _cmd_version(_args: argparse.Namespace) -> int:
@@ -64,6 +65,26 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .server.run import serve
+    except ImportError as exc:
+        print(f"git-xet serve: the server needs extra packages ({exc.name}); install with: pip install 'git-xet[server]'", file=sys.stderr)
+        return 1
+    return serve(args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level)
+
+
+def _cmd_token(args: argparse.Namespace) -> int:
+    from .server.auth import Signer, load_or_create_secret
+
+    token, exp = Signer(load_or_create_secret(args.data)).mint(args.scope, args.ttl, args.repo)
+    if args.json:
+        print(json.dumps({"accessToken": token, "exp": exp}))
+    else:
+        print(token)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="git-xet", description="XET storage for Git LFS.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -83,6 +104,23 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("new", metavar="NEW")
     compare.add_argument("--json", action="store_true")
     compare.set_defaults(func=_cmd_compare)
+
+    serve = sub.add_parser("serve", help="run the XET CAS server (disk + SQLite)")
+    serve.add_argument("--data", type=Path, required=True, help="data directory (created if missing)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080, help="0 picks a free port (printed on stdout)")
+    serve.add_argument("--public-url", help="base URL clients reach this server at (default: from each request)")
+    serve.add_argument("--url-ttl", type=int, default=3600, help="lifetime of signed xorb URLs, seconds")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_cmd_serve)
+
+    token = sub.add_parser("token", help="mint an access token for a server's data directory")
+    token.add_argument("--data", type=Path, required=True)
+    token.add_argument("--scope", choices=["read", "write"], default="write")
+    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
+    token.add_argument("--repo", default="*")
+    token.add_argument("--json", action="store_true", help='print {"accessToken", "exp"}')
+    token.set_defaults(func=_cmd_token)
     return parser
 
 

@@ -1,0 +1,299 @@
+"""The CAS server's HTTP API (Starlette), with paths exactly as hf-xet calls them.
+
+Routes (each also under /api/v1 as the draft spells them where it names one):
+    GET  /health
+    GET  /v1/reconstructions/{file}, /v2/reconstructions/{file}     (read)
+    GET  /v1/xorb-data/{xorb}?r=a-b&exp=..&sig=..                   (signed URL, no token)
+    POST /v1/xorbs/{prefix}/{xorb}                                   (write)
+    POST /v1/xorb-grants/{prefix}/{xorb}                             404: hf-xet falls back to /v1/xorbs
+    POST /v1/shards  -> {"result": 0|1};  POST /v2/shards -> NDJSON  (write)
+    GET  /v1/chunks/{prefix}/{chunk}                                 (read) global dedup shard
+    POST /v1/telemetry                                               accepted and ignored
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..core import hashes
+from ..core.constants import MAX_XORB_BYTES
+from ..core.shard import ShardFooter, serialize_shard
+from .auth import AuthError, Signer, load_or_create_secret
+from .reconstruction import RangeNotSatisfiable, build_reconstruction, parse_range_header
+from .store import CasStore, StoreError
+
+log = logging.getLogger("git_xet.server")
+
+DEDUP_KEY_PERIOD = 24 * 3600
+DEDUP_SHARD_LIFETIME = 7 * 24 * 3600
+MAX_SHARD_BODY = 64 * 1024 * 1024
+# A xorb of 64 MiB of incompressible chunks plus headers; anything bigger cannot be valid.
+MAX_XORB_BODY = MAX_XORB_BYTES + 8192 * 8 + 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    data_dir: Path
+    public_url: str | None = None  # base for xorb URLs; default: the request's own base URL
+    url_ttl: int = 3600
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def _bearer(request: Request) -> str | None:
+    value = request.headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HttpError(413, f"body of {declared} bytes exceeds the {limit}-byte limit")
+    body = bytearray()
+    try:
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise HttpError(413, f"body exceeds the {limit}-byte limit")
+    except ClientDisconnect:
+        raise HttpError(400, "client disconnected before sending the whole body") from None
+    if declared is not None and declared.isdigit() and len(body) != int(declared):
+        raise HttpError(400, "body is shorter than its Content-Length")
+    return bytes(body)
+
+
+def _hash_param(request: Request, name: str) -> str:
+    value = request.path_params[name]
+    if not hashes.is_hash_hex(value):
+        raise HttpError(400, f"invalid {name} hash")
+    return value.lower()
+
+
+class CasApp:
+    """Request handlers bound to one store and signer."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.store = CasStore(config.data_dir)
+        self.signer = Signer(load_or_create_secret(config.data_dir))
+
+    def authorize(self, request: Request, needed: str) -> None:
+        self.signer.verify(_bearer(request), needed)
+
+    # ------------------------------------------------------------------ handlers
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def reconstruction(self, request: Request) -> Response:
+        self.authorize(request, "read")
+        file_hex = _hash_param(request, "file")
+        version = 2 if request.url.path.startswith("/v2/") else 1
+        stored = await run_in_threadpool(self.store.get_file, file_hex)
+        if stored is None:
+            raise HttpError(404, f"file {file_hex} not found")
+        try:
+            byte_range = parse_range_header(request.headers.get("range"), stored.size)
+        except RangeNotSatisfiable:
+            return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        layouts = {}
+        for term in stored.terms:
+            name = hashes.hash_to_hex(term.xorb_hash)
+            if name not in layouts:
+                layouts[name] = await run_in_threadpool(self.store.xorb_layout, name)
+        base = (self.config.public_url or str(request.base_url)).rstrip("/")
+        exp = int(time.time()) + self.config.url_ttl
+
+        def make_url(xorb: str, start: int, end: int) -> str:
+            query = urlencode({"r": f"{start}-{end}", "exp": exp, "sig": self.signer.sign_range(xorb, start, end, exp)})
+            return f"{base}/v1/xorb-data/{xorb}?{query}"
+
+        body = build_reconstruction(stored.terms, layouts, byte_range, make_url, version)
+        return JSONResponse(body, headers={"Cache-Control": "private, no-store"})
+
+    async def xorb_data(self, request: Request) -> Response:
+        xorb = _hash_param(request, "xorb")
+        try:
+            start_s, _, end_s = request.query_params["r"].partition("-")
+            start, end, exp = int(start_s), int(end_s), int(request.query_params["exp"])
+            sig = request.query_params["sig"]
+        except (KeyError, ValueError):
+            raise HttpError(403, "not a signed xorb URL") from None
+        self.signer.check_range(xorb, start, end, exp, sig)
+        if request.headers.get("range", "").replace(" ", "") != f"bytes={start}-{end}":
+            raise HttpError(403, f"this URL serves exactly Range: bytes={start}-{end}")
+        if await run_in_threadpool(self.store.xorb_layout, xorb) is None:
+            raise HttpError(404, f"xorb {xorb} not found")
+        data = await run_in_threadpool(self.store.read_xorb_range, xorb, start, end)
+        if len(data) != end - start + 1:
+            raise HttpError(416, "range beyond the end of the xorb")
+        ttl = max(0, exp - int(time.time()))
+        return Response(
+            data,
+            status_code=206,
+            media_type="application/octet-stream",
+            headers={
+                "Content-Range": f"bytes {start}-{end}/*",
+                "Cache-Control": f"public, immutable, max-age={ttl}",
+                "ETag": f'"{xorb}"',
+            },
+        )
+
+    async def upload_xorb(self, request: Request) -> Response:
+        self.authorize(request, "write")
+        xorb = _hash_param(request, "xorb")
+        body = await _read_body(request, MAX_XORB_BODY)
+        inserted = await run_in_threadpool(self.store.put_xorb, xorb, body)
+        return JSONResponse({"was_inserted": inserted})
+
+    async def xorb_grants(self, request: Request) -> Response:
+        raise HttpError(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
+
+    async def upload_shard_v1(self, request: Request) -> Response:
+        self.authorize(request, "write")
+        body = await _read_body(request, MAX_SHARD_BODY)
+        inserted = await run_in_threadpool(self.store.register_shard, body)
+        return JSONResponse({"result": 1 if inserted else 0})
+
+    async def upload_shard_v2(self, request: Request) -> Response:
+        self.authorize(request, "write")
+        body = await _read_body(request, MAX_SHARD_BODY)
+
+        async def frames() -> AsyncIterator[bytes]:
+            yield json.dumps({"type": "validating", "verified": 0, "total": 1}).encode() + b"\n"
+            try:
+                inserted = await run_in_threadpool(self.store.register_shard, body)
+            except StoreError as exc:
+                yield json.dumps({"type": "error", "message": exc.message, "retryable": False}).encode() + b"\n"
+                return
+            except Exception:  # noqa: BLE001 - reported in-band once the stream has started
+                log.exception("shard registration failed")
+                yield json.dumps({"type": "error", "message": "internal error registering the shard", "retryable": True}).encode() + b"\n"
+                return
+            yield json.dumps({"type": "committing", "stage": "syncing"}).encode() + b"\n"
+            yield json.dumps({"type": "result", "result": 1 if inserted else 0}).encode() + b"\n"
+
+        return StreamingResponse(frames(), media_type="application/x-ndjson")
+
+    async def chunk_dedup(self, request: Request) -> Response:
+        self.authorize(request, "read")
+        if request.path_params["prefix"] not in ("default", "default-merkledb"):
+            raise HttpError(404, "unknown dedup namespace")
+        chunk = hashes.hex_to_hash(_hash_param(request, "chunk"))
+        found = await run_in_threadpool(self.store.dedup_shard, chunk)
+        if found is None:
+            raise HttpError(404, "chunk not known")
+        now = int(time.time())
+        epoch = now // DEDUP_KEY_PERIOD
+        key = self.signer.derive_key(f"dedup:{epoch}")
+        keyed = found.with_keyed_chunk_hashes(key)
+        footer = ShardFooter(chunk_hash_key=key, creation_timestamp=now, key_expiry=now + DEDUP_SHARD_LIFETIME)
+        blob = serialize_shard(type(keyed)(keyed.files, keyed.cas, footer), with_footer=True)
+        return Response(blob, media_type="application/octet-stream", headers={"Cache-Control": "private, max-age=3600", "Vary": "Authorization"})
+
+    async def telemetry(self, request: Request) -> Response:
+        return JSONResponse({})
+
+
+def _routes(app: CasApp) -> list[Route]:
+    routes = [Route("/health", app.health)]
+    for prefix in ("", "/api"):
+        routes += [
+            Route(prefix + "/v1/reconstructions/{file}", app.reconstruction),
+            Route(prefix + "/v1/xorbs/{prefix}/{xorb}", app.upload_xorb, methods=["POST"]),
+            Route(prefix + "/v1/shards", app.upload_shard_v1, methods=["POST"]),
+            Route(prefix + "/v1/chunks/{prefix}/{chunk}", app.chunk_dedup),
+        ]
+    routes += [
+        Route("/v2/reconstructions/{file}", app.reconstruction),
+        Route("/v1/xorb-data/{xorb}", app.xorb_data),
+        Route("/v1/xorb-grants/{prefix}/{xorb}", app.xorb_grants, methods=["POST"]),
+        Route("/v2/shards", app.upload_shard_v2, methods=["POST"]),
+        Route("/v1/telemetry", app.telemetry, methods=["POST"]),
+    ]
+    return routes
+
+
+class _AccessLog:
+    """ASGI middleware: one structured line per request; never the query string or headers."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 0}
+
+        async def send_wrapper(message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            log.info(
+                json.dumps(
+                    {
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "status": status["code"],
+                        "ms": round(1000 * (time.perf_counter() - start), 1),
+                        "client": (scope.get("client") or ["?"])[0],
+                    }
+                )
+            )
+
+
+def create_app(config: ServerConfig) -> Starlette:
+    app = CasApp(config)
+
+    async def on_http_error(request: Request, exc: HttpError) -> Response:
+        return _error(exc.status, exc.message)
+
+    async def on_auth_error(request: Request, exc: AuthError) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        response = _error(exc.status, exc.message)
+        response.headers.update(headers)
+        return response
+
+    async def on_store_error(request: Request, exc: StoreError) -> Response:
+        return _error(exc.status, exc.message)
+
+    async def on_not_found(request: Request, exc: Exception) -> Response:
+        return _error(404, "no such route")
+
+    starlette = Starlette(
+        routes=_routes(app),
+        exception_handlers={HttpError: on_http_error, AuthError: on_auth_error, StoreError: on_store_error, 404: on_not_found},
+    )
+    starlette.state.cas = app
+    starlette.add_middleware(_AccessLog)
+    return starlette
