@@ -14,14 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _RUNNER = r"""
-import json, sys, hf_xet
+import json, sys, time, hf_xet
 jobs = json.load(sys.stdin)
-out = {"hashes": [], "uploads": []}
+out = {"hashes": [], "uploads": [], "remote_uploads": []}
 if jobs["hash"]:
     out["hashes"] = [r.hash for r in hf_xet.hash_files(jobs["hash"])]
 for path, store in jobs["upload"]:
     (info,) = hf_xet.upload_files([path], "local://" + store, None, None, None, None)
     out["uploads"].append({"hash": info.hash, "size": info.file_size, "sha256": info.sha256})
+token = (jobs.get("token"), int(time.time()) + 3600)
+if jobs.get("remote_upload"):
+    infos = hf_xet.upload_files(jobs["remote_upload"], jobs["endpoint"], token, None, None, "model")
+    out["remote_uploads"] = [{"hash": i.hash, "size": i.file_size, "sha256": i.sha256} for i in infos]
+if jobs.get("remote_download"):
+    infos = [hf_xet.PyXetDownloadInfo(dest, h, size) for dest, h, size in jobs["remote_download"]]
+    hf_xet.download_files(infos, jobs["endpoint"], token, None, None)
 json.dump(out, sys.stdout)
 """
 
@@ -55,6 +62,18 @@ def _run(jobs: dict, workdir: Path) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"hf-xet runner failed: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout)
+
+
+def remote_upload(paths: list[Path], endpoint: str, token: str, workdir: Path) -> list[dict]:
+    """Upload files to a CAS server with hf-xet; returns [{hash, size, sha256}] per file."""
+    jobs = {"hash": [], "upload": [], "remote_upload": [str(p) for p in paths], "endpoint": endpoint, "token": token}
+    return _run(jobs, workdir)["remote_uploads"]
+
+
+def remote_download(files: list[tuple[Path, str, int]], endpoint: str, token: str, workdir: Path) -> None:
+    """Download (destination, xet hash, size) triples from a CAS server with hf-xet."""
+    jobs = {"hash": [], "upload": [], "remote_download": [[str(d), h, n] for d, h, n in files], "endpoint": endpoint, "token": token}
+    _run(jobs, workdir)
 
 
 def hash_files(paths: list[Path], workdir: Path) -> list[str]:

@@ -294,6 +294,7 @@ def create_app(config: ServerConfig) -> Starlette:
         routes=_routes(app),
         exception_handlers={HttpError: on_http_error, AuthError: on_auth_error, StoreError: on_store_error, 404: on_not_found},
     )
+    starlette.router.redirect_slashes = False  # an API answers, it does not redirect
     starlette.state.cas = app
     starlette.add_middleware(_AccessLog)
     return starlette

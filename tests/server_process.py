@@ -1,0 +1,63 @@
+"""Start the real `git xet serve` process on 127.0.0.1 for a test, and stop it afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+    data_dir: Path
+    process: subprocess.Popen
+
+    def token(self, scope: str = "write", ttl: int = 3600) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "git_xet", "token", "--data", str(self.data_dir), "--scope", scope, "--ttl", str(ttl)],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        return out.stdout.strip()
+
+    def log(self) -> str:
+        return (self.data_dir.parent / "server.log").read_text(errors="replace")
+
+
+@contextmanager
+def running_server(data_dir: Path, *extra: str) -> Iterator[RunningServer]:
+    log_path = data_dir.parent / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "git_xet", "serve", "--data", str(data_dir), "--port", "0", *extra],
+            stdout=subprocess.PIPE, stderr=log, env=dict(os.environ),
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"server did not start: {log_path.read_text(errors='replace')[-2000:]}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("server never answered /health")
+        yield RunningServer(url, data_dir, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
