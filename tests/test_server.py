@@ -284,3 +284,22 @@ def test_global_dedup_answer_is_a_keyed_shard_with_footer(server: RunningServer)
             assert built.chunk_hashes[0] not in [c.chunk_hash for c in cas.chunks]  # never raw hashes
         assert client.get(f"{server.url}/v1/chunks/default/{'2' * 64}", headers=_auth(token)).status_code == 404
         assert client.post(f"{server.url}/v1/telemetry", content=b"{}").status_code == 200
+
+
+def test_graceful_shutdown_on_sigterm(tmp_path: Path) -> None:
+    with running_server(tmp_path / "data") as srv:
+        srv.process.terminate()
+        # uvicorn drains, logs completion, then re-raises the signal (as systemd expects).
+        assert srv.process.wait(timeout=20) in (0, -15)
+        assert "Finished server process" in srv.log()
+
+
+def test_object_keys_cannot_escape_the_store(tmp_path: Path) -> None:
+    from git_xet.server.objects import DirectoryObjectStore
+
+    objects = DirectoryObjectStore(tmp_path)
+    for key in ["../x", "a/../../x", "/etc/passwd", "a//b", "", "a/./b", "x y"]:
+        with pytest.raises(ValueError):
+            objects.put(key, b"data")
+    objects.put("xorbs/ab/abcd", b"0123456789")
+    assert objects.read_range("xorbs/ab/abcd", 2, 4) == b"234"

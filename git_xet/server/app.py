@@ -31,6 +31,7 @@ from ..core import hashes
 from ..core.constants import MAX_XORB_BYTES
 from ..core.shard import ShardFooter, serialize_shard
 from .auth import AuthError, Signer, load_or_create_secret
+from .hub import HubEmulation, hub_routes
 from .reconstruction import RangeNotSatisfiable, build_reconstruction, parse_range_header
 from .store import CasStore, StoreError
 
@@ -48,6 +49,7 @@ class ServerConfig:
     data_dir: Path
     public_url: str | None = None  # base for xorb URLs; default: the request's own base URL
     url_ttl: int = 3600
+    cas_token_ttl: int = 900  # CAS tokens handed out by the Hub emulation (the Hub uses ~15 min)
 
 
 class HttpError(Exception):
@@ -274,6 +276,7 @@ class _AccessLog:
 
 def create_app(config: ServerConfig) -> Starlette:
     app = CasApp(config)
+    hub = HubEmulation(app)
 
     async def on_http_error(request: Request, exc: HttpError) -> Response:
         return _error(exc.status, exc.message)
@@ -291,7 +294,7 @@ def create_app(config: ServerConfig) -> Starlette:
         return _error(404, "no such route")
 
     starlette = Starlette(
-        routes=_routes(app),
+        routes=_routes(app) + hub_routes(hub),
         exception_handlers={HttpError: on_http_error, AuthError: on_auth_error, StoreError: on_store_error, 404: on_not_found},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect

@@ -1,10 +1,11 @@
 """Server-side storage: xorbs and shards as files, indexes in SQLite.
 
-Layout of a data directory::
+Object keys (in an ObjectStore; by default files under the data directory)::
 
     xorbs/<2 hex>/<xorb hash>   stored xorbs, with their CasObjectInfo footer
     shards/<shard id>.mdb       every accepted shard (upload form), kept as the audit trail
-    index.sqlite                xorb registry, file reconstructions, sha256 -> file, dedup index
+
+and <data>/index.sqlite: xorb registry, file reconstructions, sha256 -> file, dedup index.
 
 Everything that is visible through the API is in SQLite and is committed in one transaction
 per request, after the objects it refers to are durable on disk: a crash never exposes a file
@@ -24,8 +25,8 @@ from pathlib import Path
 from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileTerm, Shard, parse_shard
-from ..core.xorb import verify_xorb
-from ..fsutil import atomic_write
+from ..core.xorb import decode_chunk, parse_chunk_records, verify_xorb
+from .objects import DirectoryObjectStore, ObjectStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS xorbs (
@@ -101,10 +102,10 @@ def _unpack_u32s(blob: bytes) -> tuple[int, ...]:
 class CasStore:
     """The server's objects and indexes. Thread-safe: one SQLite connection per thread."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, objects: ObjectStore | None = None) -> None:
         self.root = Path(root)
-        (self.root / "xorbs").mkdir(parents=True, exist_ok=True)
-        (self.root / "shards").mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.objects: ObjectStore = objects or DirectoryObjectStore(self.root)
         self._local = threading.local()
         self._connection().executescript(_SCHEMA)  # idempotent; executescript commits itself
 
@@ -131,11 +132,12 @@ class CasStore:
             raise
         conn.execute("COMMIT")
 
-    def xorb_path(self, xorb_hex: str) -> Path:
+    @staticmethod
+    def xorb_key(xorb_hex: str) -> str:
         if not hashes.is_hash_hex(xorb_hex):
             raise StoreError(400, f"invalid xorb hash {xorb_hex[:80]!r}")
         xorb_hex = xorb_hex.lower()
-        return self.root / "xorbs" / xorb_hex[:2] / xorb_hex
+        return f"xorbs/{xorb_hex[:2]}/{xorb_hex}"
 
     # ------------------------------------------------------------------ xorbs
 
@@ -145,7 +147,7 @@ class CasStore:
         The chunks are decoded and hashed; the xorb is accepted only if they hash to
         `xorb_hex`. The footer is rebuilt from what we computed, never trusted from the client.
         """
-        path = self.xorb_path(xorb_hex)
+        key = self.xorb_key(xorb_hex)
         expected = hashes.hex_to_hash(xorb_hex)
         if self.xorb_layout(xorb_hex) is not None:
             return False
@@ -153,7 +155,7 @@ class CasStore:
             verified = verify_xorb(body, expected)
         except FormatError as exc:
             raise StoreError(400, f"rejected xorb {xorb_hex}: {exc}") from None
-        atomic_write(path, verified.with_footer())
+        self.objects.put(key, verified.with_footer())
         with self._db() as db:
             db.execute(
                 "INSERT OR IGNORE INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -180,9 +182,7 @@ class CasStore:
         return XorbLayout(xorb_hex.lower(), chunk_hashes, _unpack_u32s(ends), _unpack_u32s(sizes))
 
     def read_xorb_range(self, xorb_hex: str, start: int, end_inclusive: int) -> bytes:
-        with open(self.xorb_path(xorb_hex), "rb") as handle:
-            handle.seek(start)
-            return handle.read(end_inclusive - start + 1)
+        return self.objects.read_range(self.xorb_key(xorb_hex), start, end_inclusive)
 
     # ------------------------------------------------------------------ shards
 
@@ -237,7 +237,7 @@ class CasStore:
         for info in shard.files:
             self._check_file(info, layouts)
 
-        atomic_write(self.root / "shards" / f"{shard_id}.mdb", body)
+        self.objects.put(f"shards/{shard_id}.mdb", body)
         with self._db() as db:
             if db.execute("SELECT 1 FROM shards WHERE id = ?", (shard_id,)).fetchone():
                 return False
@@ -274,6 +274,24 @@ class CasStore:
         size, sha256, blob = row
         terms = tuple(FileTerm(x, u, s, e, f) for x, f, u, s, e in _TERM.iter_unpack(blob))
         return StoredFile(file_hex.lower(), size, sha256, terms)
+
+    def iter_file_bytes(self, stored: StoredFile) -> Iterator[bytes]:
+        """The file's bytes, term by term, each chunk checked against its stored hash."""
+        for term in stored.terms:
+            xorb_hex = hashes.hash_to_hex(term.xorb_hash)
+            layout = self.xorb_layout(xorb_hex)
+            if layout is None:
+                raise StoreError(500, f"xorb {xorb_hex} of file {stored.hash} is missing")
+            start, end = layout.byte_range(term.chunk_start, term.chunk_end)
+            data = self.read_xorb_range(xorb_hex, start, end)
+            records, _ = parse_chunk_records(data)
+            if len(records) != term.chunk_end - term.chunk_start:
+                raise StoreError(500, f"xorb {xorb_hex} is damaged on disk")
+            for index, record in zip(range(term.chunk_start, term.chunk_end), records):
+                chunk = decode_chunk(data, record)
+                if hashes.chunk_hash(chunk) != layout.chunk_hashes[index]:
+                    raise StoreError(500, f"xorb {xorb_hex} is damaged on disk")
+                yield chunk
 
     def file_by_sha256(self, oid: str) -> StoredFile | None:
         """The XET file registered with this sha256 (the Git LFS oid), if any."""
