@@ -29,6 +29,13 @@ if jobs.get("remote_upload"):
 if jobs.get("remote_download"):
     infos = [hf_xet.PyXetDownloadInfo(dest, h, size) for dest, h, size in jobs["remote_download"]]
     hf_xet.download_files(infos, jobs["endpoint"], token, None, None)
+if jobs.get("remote_ranges"):
+    session = hf_xet.XetSession()
+    group = session.new_download_stream_group(endpoint=jobs["endpoint"], token=jobs["token"], token_expiry_unix_secs=int(time.time()) + 3600)
+    for dest, h, size, start, end in jobs["remote_ranges"]:
+        with open(dest, "wb") as f:
+            for piece in group.download_stream(hf_xet.XetFileInfo(h, size), start, end):
+                f.write(piece)
 json.dump(out, sys.stdout)
 """
 
@@ -73,6 +80,12 @@ def remote_upload(paths: list[Path], endpoint: str, token: str, workdir: Path) -
 def remote_download(files: list[tuple[Path, str, int]], endpoint: str, token: str, workdir: Path) -> None:
     """Download (destination, xet hash, size) triples from a CAS server with hf-xet."""
     jobs = {"hash": [], "upload": [], "remote_download": [[str(d), h, n] for d, h, n in files], "endpoint": endpoint, "token": token}
+    _run(jobs, workdir)
+
+
+def remote_ranges(ranges: list[tuple[Path, str, int, int, int]], endpoint: str, token: str, workdir: Path) -> None:
+    """Stream byte ranges [start, end) of files from a CAS server with hf-xet into `dest` files."""
+    jobs = {"hash": [], "upload": [], "remote_ranges": [[str(d), h, n, s, e] for d, h, n, s, e in ranges], "endpoint": endpoint, "token": token}
     _run(jobs, workdir)
 
 

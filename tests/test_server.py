@@ -83,6 +83,15 @@ def test_hf_xet_round_trip(server: RunningServer, tmp_path: Path) -> None:
     hf_xet_oracle.remote_download(targets, server.url, read_token, tmp_path / "down")
     for (name, data), (dest, _, _) in zip(inputs.items(), targets):
         assert dest.read_bytes() == data, name
+    # Byte ranges through hf-xet's streaming API (its v2 reconstruction queries carry a Range).
+    data = inputs["multi-xorb.bin"]
+    (multi,) = [info for name, info in zip(inputs, uploaded) if name == "multi-xorb.bin"]
+    spans = [(0, 1), (5, 70_000), (66_000_000, 69_000_123), (len(data) - 7, len(data))]
+    targets = [(tmp_path / f"range-{i}", multi["hash"], len(data), s, e) for i, (s, e) in enumerate(spans)]
+    hf_xet_oracle.remote_ranges(targets, server.url, read_token, tmp_path / "ranges")
+    for (dest, _, _, start, end) in targets:
+        assert dest.read_bytes() == data[start:end], (start, end)
+
     # The sha256 in each shard's metadata maps the LFS oid to the XET file.
     store = CasStore(server.data_dir)
     for data in inputs.values():
