@@ -17,6 +17,7 @@ from git_xet.core import hashes, shard, xorb
 from git_xet.core.constants import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE
 from git_xet.pipelines.file_hashing import hash_bytes, hash_file
 from tests import hf_xet_oracle
+from tests.objects import single_xorb
 from tests.datagen import float32_like, planted, random_bytes, splitmix64_bytes
 
 pytest.importorskip("hf_xet", reason="hf-xet (the conformance oracle) is a test dependency")
@@ -115,13 +116,7 @@ def test_local_store_objects_match(name: str, stores: dict[str, hf_xet_oracle.Lo
 def test_single_file_xorb_hash_equals_ours(stores: dict[str, hf_xet_oracle.LocalStore]) -> None:
     """For a file that fits one xorb, building the xorb ourselves gives hf-xet's xorb hash."""
     data = CASES["random-3m"]
-    ours = hash_bytes(data)
-    builder = xorb.XorbBuilder()
-    pos = 0
-    for size, digest in zip(ours.chunk_sizes, ours.chunk_hashes):
-        builder.add(data[pos : pos + size], digest)
-        pos += size
-    built = builder.build()
+    built, _ = single_xorb(data)
     assert list(stores["random-3m"].xorbs) == [hashes.hash_to_hex(built.xorb_hash)]
     # Their stored xorb decodes to exactly our chunks (compression may differ, content not).
     theirs = stores["random-3m"].xorbs[hashes.hash_to_hex(built.xorb_hash)]

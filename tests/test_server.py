@@ -16,6 +16,7 @@ from git_xet.core import hashes, shard, xorb
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.server.store import CasStore
 from tests import hf_xet_oracle
+from tests.objects import single_xorb
 from tests.datagen import float32_like, random_bytes
 from tests.server_process import RunningServer, running_server
 
@@ -33,13 +34,7 @@ def _auth(token: str) -> dict[str, str]:
 
 def _upload_objects(data: bytes) -> tuple[xorb.VerifiedXorb, bytes, bytes]:
     """A one-xorb upload of `data` built with the core: (xorb, shard body, file hash)."""
-    digest = hash_bytes(data)
-    builder = xorb.XorbBuilder()
-    pos = 0
-    for size, chunk_digest in zip(digest.chunk_sizes, digest.chunk_hashes):
-        builder.add(data[pos : pos + size], chunk_digest)
-        pos += size
-    built = builder.build()
+    built, digest = single_xorb(data)
     term = shard.FileTerm(built.xorb_hash, len(data), 0, len(built.chunk_hashes))
     info = shard.FileInfo(digest.file_hash, (term,), (hashes.verification_hash(built.chunk_hashes),), hashlib.sha256(data).digest())
     cas = shard.CasInfo.from_chunks(built.xorb_hash, built.chunk_hashes, built.chunk_sizes, len(built.body))
@@ -77,7 +72,7 @@ def test_hf_xet_round_trip(server: RunningServer, tmp_path: Path) -> None:
     token = server.token("write")
     uploaded = hf_xet_oracle.remote_upload(paths, server.url, token, tmp_path / "up")
     for (name, data), info in zip(inputs.items(), uploaded):
-        assert info["hash"] == hashes.hash_to_hex(hash_bytes(data).file_hash)
+        assert info["hash"] == hashes.hash_to_hex(hash_bytes(data).file_hash), name
     read_token = server.token("read")
     targets = [(tmp_path / f"out-{name}", info["hash"], info["size"]) for name, info in zip(inputs, uploaded)]
     hf_xet_oracle.remote_download(targets, server.url, read_token, tmp_path / "down")

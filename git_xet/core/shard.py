@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .constants import HASH_SIZE, ZERO_HASH
 from .errors import FormatError, TruncatedError

@@ -30,7 +30,8 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.constants import MAX_XORB_BYTES
 from ..core.shard import ShardFooter, serialize_shard
-from .auth import AuthError, Signer, load_or_create_secret
+from .auth import Signer, load_or_create_secret
+from .errors import RequestRefused
 from .hub import HubEmulation, hub_routes
 from .reconstruction import RangeNotSatisfiable, build_reconstruction, parse_range_header
 from .store import CasStore, StoreError
@@ -52,13 +53,6 @@ class ServerConfig:
     cas_token_ttl: int = 900  # CAS tokens handed out by the Hub emulation (the Hub uses ~15 min)
 
 
-class HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
 
@@ -72,24 +66,24 @@ def _bearer(request: Request) -> str | None:
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HttpError(413, f"body of {declared} bytes exceeds the {limit}-byte limit")
+        raise RequestRefused(413, f"body of {declared} bytes exceeds the {limit}-byte limit")
     body = bytearray()
     try:
         async for part in request.stream():
             body += part
             if len(body) > limit:
-                raise HttpError(413, f"body exceeds the {limit}-byte limit")
+                raise RequestRefused(413, f"body exceeds the {limit}-byte limit")
     except ClientDisconnect:
-        raise HttpError(400, "client disconnected before sending the whole body") from None
+        raise RequestRefused(400, "client disconnected before sending the whole body") from None
     if declared is not None and declared.isdigit() and len(body) != int(declared):
-        raise HttpError(400, "body is shorter than its Content-Length")
+        raise RequestRefused(400, "body is shorter than its Content-Length")
     return bytes(body)
 
 
 def _hash_param(request: Request, name: str) -> str:
     value = request.path_params[name]
     if not hashes.is_hash_hex(value):
-        raise HttpError(400, f"invalid {name} hash")
+        raise RequestRefused(400, f"invalid {name} hash")
     return value.lower()
 
 
@@ -115,13 +109,13 @@ class CasApp:
         version = 2 if request.url.path.startswith("/v2/") else 1
         stored = await run_in_threadpool(self.store.get_file, file_hex)
         if stored is None:
-            raise HttpError(404, f"file {file_hex} not found")
+            raise RequestRefused(404, f"file {file_hex} not found")
         try:
             byte_range = parse_range_header(request.headers.get("range"), stored.size)
         except RangeNotSatisfiable:
             return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
         except ValueError as exc:
-            raise HttpError(400, str(exc)) from None
+            raise RequestRefused(400, str(exc)) from None
         layouts = {}
         for term in stored.terms:
             name = hashes.hash_to_hex(term.xorb_hash)
@@ -144,15 +138,15 @@ class CasApp:
             start, end, exp = int(start_s), int(end_s), int(request.query_params["exp"])
             sig = request.query_params["sig"]
         except (KeyError, ValueError):
-            raise HttpError(403, "not a signed xorb URL") from None
+            raise RequestRefused(403, "not a signed xorb URL") from None
         self.signer.check_range(xorb, start, end, exp, sig)
         if request.headers.get("range", "").replace(" ", "") != f"bytes={start}-{end}":
-            raise HttpError(403, f"this URL serves exactly Range: bytes={start}-{end}")
+            raise RequestRefused(403, f"this URL serves exactly Range: bytes={start}-{end}")
         if await run_in_threadpool(self.store.xorb_layout, xorb) is None:
-            raise HttpError(404, f"xorb {xorb} not found")
+            raise RequestRefused(404, f"xorb {xorb} not found")
         data = await run_in_threadpool(self.store.read_xorb_range, xorb, start, end)
         if len(data) != end - start + 1:
-            raise HttpError(416, "range beyond the end of the xorb")
+            raise RequestRefused(416, "range beyond the end of the xorb")
         ttl = max(0, exp - int(time.time()))
         return Response(
             data,
@@ -173,7 +167,7 @@ class CasApp:
         return JSONResponse({"was_inserted": inserted})
 
     async def xorb_grants(self, request: Request) -> Response:
-        raise HttpError(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
+        raise RequestRefused(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
 
     async def upload_shard_v1(self, request: Request) -> Response:
         self.authorize(request, "write")
@@ -204,11 +198,11 @@ class CasApp:
     async def chunk_dedup(self, request: Request) -> Response:
         self.authorize(request, "read")
         if request.path_params["prefix"] not in ("default", "default-merkledb"):
-            raise HttpError(404, "unknown dedup namespace")
+            raise RequestRefused(404, "unknown dedup namespace")
         chunk = hashes.hex_to_hash(_hash_param(request, "chunk"))
         found = await run_in_threadpool(self.store.dedup_shard, chunk)
         if found is None:
-            raise HttpError(404, "chunk not known")
+            raise RequestRefused(404, "chunk not known")
         now = int(time.time())
         epoch = now // DEDUP_KEY_PERIOD
         key = self.signer.derive_key(f"dedup:{epoch}")
@@ -278,24 +272,18 @@ def create_app(config: ServerConfig) -> Starlette:
     app = CasApp(config)
     hub = HubEmulation(app)
 
-    async def on_http_error(request: Request, exc: HttpError) -> Response:
-        return _error(exc.status, exc.message)
-
-    async def on_auth_error(request: Request, exc: AuthError) -> Response:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    async def on_refused(request: Request, exc: RequestRefused) -> Response:
         response = _error(exc.status, exc.message)
-        response.headers.update(headers)
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
         return response
-
-    async def on_store_error(request: Request, exc: StoreError) -> Response:
-        return _error(exc.status, exc.message)
 
     async def on_not_found(request: Request, exc: Exception) -> Response:
         return _error(404, "no such route")
 
     starlette = Starlette(
         routes=_routes(app) + hub_routes(hub),
-        exception_handlers={HttpError: on_http_error, AuthError: on_auth_error, StoreError: on_store_error, 404: on_not_found},
+        exception_handlers={RequestRefused: on_refused, 404: on_not_found},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect
     starlette.state.cas = app

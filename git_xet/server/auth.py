@@ -18,15 +18,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import RequestRefused
+
 SCOPES = ("read", "write")
 _PREFIX = "xet1"
 
 
-class AuthError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class AuthError(RequestRefused):
+    """401 (no, bad or expired credential) or 403 (valid credential, not allowed)."""
 
 
 @dataclass(frozen=True)

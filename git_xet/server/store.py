@@ -26,6 +26,7 @@ from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileTerm, Shard, parse_shard
 from ..core.xorb import decode_chunk, parse_chunk_records, verify_xorb
+from .errors import RequestRefused
 from .objects import DirectoryObjectStore, ObjectStore
 
 _SCHEMA = """
@@ -59,13 +60,8 @@ CREATE TABLE IF NOT EXISTS shards (
 _TERM = struct.Struct("<32sIIII")
 
 
-class StoreError(Exception):
-    """A request the store refuses; `status` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class StoreError(RequestRefused):
+    """The store refuses an object or query (invalid, inconsistent, or references missing data)."""
 
 
 @dataclass(frozen=True)
