@@ -14,7 +14,7 @@ import pytest
 
 from git_xet.core import hashes, shard, xorb
 from git_xet.pipelines.file_hashing import hash_bytes
-from git_xet.server.store import CasStore
+from git_xet.storage.cas_store import CasStore
 from tests import hf_xet_oracle
 from tests.objects import single_xorb
 from tests.datagen import float32_like, random_bytes
@@ -299,7 +299,7 @@ def test_graceful_shutdown_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_object_keys_cannot_escape_the_store(tmp_path: Path) -> None:
-    from git_xet.server.objects import DirectoryObjectStore
+    from git_xet.storage.objects import DirectoryObjectStore
 
     objects = DirectoryObjectStore(tmp_path)
     for key in ["../x", "a/../../x", "/etc/passwd", "a//b", "", "a/./b", "x y"]:

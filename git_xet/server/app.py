@@ -31,10 +31,10 @@ from ..core import hashes
 from ..core.constants import MAX_XORB_BYTES
 from ..core.shard import ShardFooter, serialize_shard
 from .auth import Signer, load_or_create_secret
-from .errors import RequestRefused
+from ..storage.errors import RequestRefused
 from .hub import HubEmulation, hub_routes
 from .reconstruction import RangeNotSatisfiable, build_reconstruction, parse_range_header
-from .store import CasStore, StoreError
+from ..storage.cas_store import CasStore, StoreError
 
 log = logging.getLogger("git_xet.server")
 

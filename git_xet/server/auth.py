@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RequestRefused
+from ..storage.errors import RequestRefused
 
 SCOPES = ("read", "write")
 _PREFIX = "xet1"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..core.hashes import hash_to_hex
 from ..core.shard import FileTerm
-from .store import XorbLayout
+from ..storage.cas_store import XorbLayout
 
 UrlMaker = Callable[[str, int, int], str]
 

@@ -1,4 +1,4 @@
-"""The one exception type the server's layers raise to refuse a request."""
+"""The one exception type the storage and server layers raise to refuse a request."""
 
 
 class RequestRefused(Exception):
