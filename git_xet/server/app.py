@@ -33,7 +33,8 @@ from ..core.shard import ShardFooter, serialize_shard
 from .auth import Signer, load_or_create_secret
 from ..storage.errors import RequestRefused
 from .hub import HubEmulation, hub_routes
-from .reconstruction import RangeNotSatisfiable, build_reconstruction, parse_range_header
+from ..storage.planning import plan_reconstruction
+from .reconstruction import RangeNotSatisfiable, parse_range_header, with_signed_urls
 from ..storage.cas_store import CasStore, StoreError
 
 log = logging.getLogger("git_xet.server")
@@ -128,8 +129,8 @@ class CasApp:
             query = urlencode({"r": f"{start}-{end}", "exp": exp, "sig": self.signer.sign_range(xorb, start, end, exp)})
             return f"{base}/v1/xorb-data/{xorb}?{query}"
 
-        body = build_reconstruction(stored.terms, layouts, byte_range, make_url, version)
-        return JSONResponse(body, headers={"Cache-Control": "private, no-store"})
+        plan = with_signed_urls(plan_reconstruction(stored.terms, layouts, byte_range), make_url)
+        return JSONResponse(plan.to_json(version), headers={"Cache-Control": "private, no-store"})
 
     async def xorb_data(self, request: Request) -> Response:
         xorb = _hash_param(request, "xorb")
