@@ -1,0 +1,29 @@
+"""The interface the upload and download pipelines use to reach a XET store."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..core.reconstruction import FetchRange, Reconstruction
+from ..core.shard import Shard
+
+
+class XetBackend(Protocol):
+    @property
+    def cache_key(self) -> str:
+        """Identifies the store, so caches (shards, resume state) are kept per store."""
+
+    def upload_xorb(self, xorb_hex: str, body: bytes) -> bool:
+        """Store a footerless xorb; True if it was new. Idempotent."""
+
+    def upload_shard(self, body: bytes) -> bool:
+        """Register the files of an upload-form shard; True if new. All xorbs must be stored."""
+
+    def query_dedup(self, chunk_hash: bytes) -> Shard | None:
+        """Global dedup: a shard of xorbs holding this chunk (maybe HMAC-keyed), or None."""
+
+    def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
+        """How to rebuild the file or inclusive byte range; NotFoundError / RangeNotSatisfiableError."""
+
+    def fetch(self, fetch: FetchRange) -> bytes:
+        """Exactly the bytes [byte_start, byte_end] of the xorb; UrlExpiredError if refused."""

@@ -1,0 +1,189 @@
+"""XET CAS over HTTP, as the real servers (the Hub's CAS, `git xet serve`) expect it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import httpx
+
+from .. import __version__
+from ..core.errors import FormatError
+from ..core.hashes import hash_to_hex
+from ..core.reconstruction import FetchRange, Reconstruction
+from ..core.shard import Shard, parse_shard
+from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError
+from .retry import RETRYABLE_STATUS, RetryPolicy, with_retries
+from .tokens import StaticToken, TokenSource
+
+log = logging.getLogger("git_xet.client")
+
+USER_AGENT = f"git-xet/{__version__}"
+# Connect fast-ish, but let a busy server take its time on big bodies.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=60.0, read=300.0, write=300.0, pool=60.0)
+
+
+class _HttpStatusError(TransferError):
+    def __init__(self, what: str, resp: httpx.Response) -> None:
+        try:
+            detail = resp.json().get("error") or resp.json().get("message") or ""
+        except (ValueError, AttributeError):
+            detail = resp.text[:200]
+        super().__init__(
+            f"{what}: HTTP {resp.status_code}{': ' + detail if detail else ''}",
+            retryable=resp.status_code in RETRYABLE_STATUS,
+            status=resp.status_code,
+        )
+        value = resp.headers.get("retry-after", "")
+        self.retry_after = float(value) if value.replace(".", "", 1).isdigit() else None
+
+
+def make_http_client(timeout: httpx.Timeout = DEFAULT_TIMEOUT) -> httpx.Client:
+    """One pooled client; honours HTTP(S)_PROXY, NO_PROXY and SSL_CERT_FILE/SSL_CERT_DIR."""
+    return httpx.Client(timeout=timeout, trust_env=True, follow_redirects=True, headers={"User-Agent": USER_AGENT}, limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+
+
+class HttpCasBackend:
+    def __init__(
+        self,
+        endpoint: str,
+        tokens: TokenSource | None = None,
+        *,
+        session_id: str | None = None,
+        policy: RetryPolicy | None = None,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self.tokens = tokens or StaticToken(None)
+        self.session_id = session_id or str(uuid.uuid4())
+        self.policy = policy or RetryPolicy()
+        self.http = http or make_http_client()
+
+    @property
+    def cache_key(self) -> str:
+        return self.endpoint
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {"X-Xet-Session-Id": self.session_id}
+        token = self.tokens.token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers | (extra or {})
+
+    def _request(self, what: str, method: str, path: str, *, ok: tuple[int, ...] = (200,), **kwargs) -> httpx.Response:
+        """One authenticated CAS call with retries; a 401 refreshes the token once."""
+        extra_headers = kwargs.pop("headers", None)
+        refreshed = False
+
+        def send() -> httpx.Response:
+            return self.http.request(method, self.endpoint + path, headers=self._headers(extra_headers), **kwargs)
+
+        def attempt() -> httpx.Response:
+            nonlocal refreshed
+            resp = send()
+            if resp.status_code == 401 and not refreshed:
+                refreshed = True
+                self.tokens.invalidate()
+                resp = send()
+            if resp.status_code not in ok:
+                raise _HttpStatusError(what, resp)
+            return resp
+
+        return with_retries(what, attempt, self.policy)
+
+    # ------------------------------------------------------------------ uploads
+
+    def upload_xorb(self, xorb_hex: str, body: bytes) -> bool:
+        resp = self._request(f"upload of xorb {xorb_hex[:12]}", "POST", f"/v1/xorbs/default/{xorb_hex}", content=body)
+        try:
+            return bool(resp.json()["was_inserted"])
+        except (ValueError, KeyError, TypeError):
+            raise TransferError("the server answered a xorb upload with something unexpected", retryable=True) from None
+
+    def upload_shard(self, body: bytes) -> bool:
+        try:
+            resp = self._request("shard upload", "POST", "/v2/shards", content=body)
+        except TransferError as exc:
+            if exc.status not in (404, 501):
+                raise
+            resp = self._request("shard upload (v1)", "POST", "/v1/shards", content=body)
+            try:
+                return int(resp.json()["result"]) == 1
+            except (ValueError, KeyError, TypeError):
+                raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
+        return self._read_shard_frames(resp.text)
+
+    @staticmethod
+    def _read_shard_frames(text: str) -> bool:
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                frame = json.loads(line)
+            except ValueError:
+                raise TransferError(f"unreadable shard upload progress frame: {line[:200]}", retryable=True) from None
+            kind = frame.get("type") if isinstance(frame, dict) else None
+            if kind == "result":
+                return int(frame.get("result", 0)) == 1
+            if kind == "error":
+                raise TransferError(f"the server refused the shard: {frame.get('message')}", retryable=bool(frame.get("retryable")))
+        raise TransferError("shard upload answer ended without a result", retryable=True)
+
+    def query_dedup(self, chunk_hash: bytes) -> Shard | None:
+        try:
+            resp = self._request("dedup query", "GET", f"/v1/chunks/default/{hash_to_hex(chunk_hash)}", ok=(200, 404))
+        except TransferError as exc:
+            log.info("global dedup query failed, continuing without it: %s", exc)
+            return None
+        if resp.status_code == 404:
+            return None
+        try:
+            return parse_shard(resp.content)
+        except FormatError as exc:
+            log.warning("ignoring a malformed dedup answer: %s", exc)
+            return None
+
+    # ------------------------------------------------------------------ downloads
+
+    def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
+        headers = {"Range": f"bytes={byte_range[0]}-{byte_range[1]}"} if byte_range else {}
+        for version in (2, 1):
+            try:
+                resp = self._request(f"reconstruction of {file_hex[:12]}", "GET", f"/v{version}/reconstructions/{file_hex}", headers=headers)
+            except TransferError as exc:
+                if exc.status == 416:
+                    raise RangeNotSatisfiableError(f"byte range {byte_range} is past the end of file {file_hex}", status=416) from None
+                if exc.status in (404, 501) and version == 2:
+                    continue  # the v2 route may not exist; v1 tells a missing file apart
+                if exc.status == 404:
+                    raise NotFoundError(f"file {file_hex} is not on the server {self.endpoint}", status=404) from None
+                raise
+            try:
+                return Reconstruction.from_json(resp.json())
+            except (ValueError, FormatError) as exc:
+                raise TransferError(f"malformed reconstruction answer for {file_hex}: {exc}", retryable=True) from None
+        raise AssertionError("unreachable")
+
+    def fetch(self, fetch: FetchRange) -> bytes:
+        if fetch.url is None:
+            raise TransferError("reconstruction answer has no URL for a xorb range")
+        expected = fetch.byte_end - fetch.byte_start + 1
+
+        def attempt() -> bytes:
+            # Presigned URL: exactly the signed Range, and no bearer token.
+            resp = self.http.get(fetch.url, headers={"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", "X-Xet-Session-Id": self.session_id})
+            if resp.status_code == 403:
+                raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
+            if resp.status_code not in (200, 206):
+                raise _HttpStatusError(f"download of xorb {fetch.xorb[:12]}", resp)
+            data = resp.content
+            if resp.status_code == 200 and len(data) > expected:
+                data = data[fetch.byte_start : fetch.byte_end + 1]  # server ignored Range
+            if len(data) != expected:
+                raise TransferError(f"xorb range for {fetch.xorb[:12]} truncated ({len(data)} of {expected} bytes)", retryable=True)
+            return data
+
+        return with_retries(f"download of xorb {fetch.xorb[:12]}", attempt, self.policy)

@@ -1,0 +1,66 @@
+"""The serverless local store: the server's own storage (objects + SQLite index) in a
+directory, used in-process. Same on-disk format as `git xet serve --data`, so a local store
+can later be served as is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.hashes import hash_to_hex
+from ..core.reconstruction import FetchRange, Reconstruction
+from ..core.shard import Shard
+from ..storage.cas_store import CasStore, StoreError
+from ..storage.planning import plan_reconstruction
+from .errors import NotFoundError, RangeNotSatisfiableError, TransferError
+
+
+class LocalStoreBackend:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        try:
+            self.store = CasStore(self.root)
+        except OSError as exc:
+            raise TransferError(f"cannot open the local XET store at {self.root}: {exc.strerror or exc}") from None
+
+    @property
+    def cache_key(self) -> str:
+        return f"local:{self.root}"
+
+    def upload_xorb(self, xorb_hex: str, body: bytes) -> bool:
+        try:
+            return self.store.put_xorb(xorb_hex, body)
+        except StoreError as exc:
+            raise TransferError(exc.message, status=exc.status) from None
+
+    def upload_shard(self, body: bytes) -> bool:
+        try:
+            return self.store.register_shard(body)
+        except StoreError as exc:
+            raise TransferError(exc.message, status=exc.status) from None
+
+    def query_dedup(self, chunk_hash: bytes) -> Shard | None:
+        return self.store.dedup_shard(chunk_hash)
+
+    def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
+        stored = self.store.get_file(file_hex)
+        if stored is None:
+            raise NotFoundError(f"file {file_hex} is not in the local store {self.root}", status=404)
+        if byte_range is None:
+            byte_range = (0, stored.size - 1)
+        start, end = byte_range
+        if start >= stored.size and stored.size:
+            raise RangeNotSatisfiableError(f"byte {start} is past the end of file {file_hex} ({stored.size} bytes)", status=416)
+        layouts = {}
+        for term in stored.terms:
+            name = hash_to_hex(term.xorb_hash)
+            layout = layouts.get(name) or self.store.xorb_layout(name)
+            if layout is None:
+                raise TransferError(f"the local store {self.root} is missing xorb {name}")
+            layouts[name] = layout
+        return plan_reconstruction(stored.terms, layouts, (start, min(end, stored.size - 1)))
+
+    def fetch(self, fetch: FetchRange) -> bytes:
+        try:
+            return self.store.read_xorb_range(fetch.xorb, fetch.byte_start, fetch.byte_end)
+        except OSError as exc:
+            raise TransferError(f"cannot read xorb {fetch.xorb} from {self.root}: {exc.strerror or exc}") from None

@@ -1,0 +1,63 @@
+"""Retries with capped exponential backoff and full jitter (git-lfs never retries for us)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+
+from .errors import TransferError
+
+log = logging.getLogger("git_xet.client")
+T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """hf-xet's shape: 5 retries, delays growing x3, each a uniform draw below a capped bound."""
+
+    max_attempts: int = 6
+    base_delay: float = 1.0
+    factor: float = 3.0
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        bound = min(self.max_delay, self.base_delay * self.factor**attempt)
+        if retry_after is not None:
+            return min(self.max_delay, max(retry_after, 0.0))
+        return random.uniform(0, bound)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, TransferError):
+        return exc.retryable
+    # Connect/read/write errors, timeouts, a connection dropped mid-body: all transient.
+    return isinstance(exc, httpx.TransportError)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    value = getattr(exc, "retry_after", None)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def with_retries(what: str, fn: Callable[[], T], policy: RetryPolicy) -> T:
+    """Run fn, retrying transient failures; the last error is re-raised with context."""
+    for attempt in range(policy.max_attempts):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if not is_retryable(exc) or attempt == policy.max_attempts - 1:
+                if is_retryable(exc):
+                    raise TransferError(f"{what} failed after {policy.max_attempts} attempts: {exc}", retryable=True) from exc
+                raise
+            delay = policy.delay(attempt, _retry_after(exc))
+            log.info("%s failed (%s); retry %d/%d in %.1fs", what, exc, attempt + 1, policy.max_attempts - 1, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
