@@ -7,16 +7,16 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes | memoryview, *, mode: int = 0o644) -> None:
-    """Write `data` to `path` so readers see either nothing or all of it, even after a crash.
-
-    Temp file in the same directory, fsync, rename, fsync the directory.
-    """
+def atomic_write(path: Path, *parts: bytes | memoryview, mode: int = 0o644) -> None:
+    """Write the concatenation of `parts` to `path` so readers see either nothing or all of it,
+    even after a crash (temp file in the same directory, fsync, rename, fsync the directory).
+    Several parts avoid building one big buffer (e.g. a xorb body and its footer)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            for part in parts:
+                out.write(part)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)

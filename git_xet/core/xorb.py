@@ -253,7 +253,9 @@ def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) ->
         raise HashMismatchError("xorb content does not match its hash")
     if parsed.footer is not None and (parsed.footer.xorb_hash != digest or parsed.footer.chunk_hashes != hashes):
         raise HashMismatchError("xorb footer hashes do not match its chunks")
-    return VerifiedXorb(digest, bytes(view[: parsed.body_length]), hashes, sizes, tuple(r.end for r in parsed.records))
+    # A footerless bytes body (the upload form) is kept as is: no 64 MiB copy.
+    body = data if isinstance(data, bytes) and parsed.body_length == len(data) else bytes(view[: parsed.body_length])
+    return VerifiedXorb(digest, body, hashes, sizes, tuple(r.end for r in parsed.records))
 
 
 @dataclass

@@ -31,7 +31,7 @@ from ..core.xorb import decode_chunk, parse_chunk_records
 log = logging.getLogger("git_xet.download")
 
 DEFAULT_PARALLEL = 4
-DEFAULT_INFLIGHT_BYTES = 256 * 1024 * 1024
+DEFAULT_INFLIGHT_BYTES = 128 * 1024 * 1024  # raw + decoded bytes held ahead of the writer
 _MAX_URL_REFRESHES = 3
 
 
@@ -108,13 +108,16 @@ def download(
 
     order: list[FetchRange] = []
     uses: dict[FetchRange, int] = {}
+    decoded: dict[FetchRange, int] = {}
     term_fetch = []
     for term in plan.terms:
         fetch = plan.fetch_for(term)
         if fetch not in uses:
             order.append(fetch)
             uses[fetch] = 0
+            decoded[fetch] = 0
         uses[fetch] += 1
+        decoded[fetch] += term.length
         term_fetch.append(fetch)
 
     fetcher = _Fetcher(backend, file_hex, byte_range)
@@ -127,7 +130,7 @@ def download(
     skip = plan.offset_into_first_range
 
     def cost(f: FetchRange) -> int:
-        return f.byte_end - f.byte_start + 1
+        return f.byte_end - f.byte_start + 1 + decoded[f]
 
     with ThreadPoolExecutor(max_workers=max(1, max_parallel), thread_name_prefix="git-xet-fetch") as pool:
 

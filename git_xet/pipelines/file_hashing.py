@@ -12,7 +12,7 @@ import mmap
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,8 +81,50 @@ def iter_chunk_ends(view: memoryview, *, sha256: hashlib._Hash | None = None, bl
         worker.join()
 
 
-def hash_bytes(data: bytes | memoryview, *, with_sha256: bool = False) -> FileDigest:
-    """Chunk and hash an in-memory buffer."""
+class MappedFile:
+    """A read-only memory map of a file that can drop the pages already consumed.
+
+    Mapped pages count in the process's resident size even though they are page cache;
+    `release_before` (madvise DONTNEED behind the reader) keeps a pass over a huge file at a
+    bounded RSS. Empty files map to an empty view.
+    """
+
+    RELEASE_STEP = 64 * 1024 * 1024
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._handle = open(Path(path), "rb")
+        self.size = os.fstat(self._handle.fileno()).st_size
+        self._map = mmap.mmap(self._handle.fileno(), 0, access=mmap.ACCESS_READ) if self.size else None
+        self.view = memoryview(self._map) if self._map is not None else memoryview(b"")
+        self._released = 0
+
+    def release_before(self, offset: int) -> None:
+        if offset < self._released:  # a new pass over the file started
+            self._released = 0
+        if self._map is None or offset - self._released < self.RELEASE_STEP:
+            return
+        end = offset - offset % mmap.PAGESIZE
+        if hasattr(self._map, "madvise") and end > self._released:
+            self._map.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+            self._released = end
+
+    def close(self) -> None:
+        self.view.release()
+        if self._map is not None:
+            self._map.close()
+        self._handle.close()
+
+    def __enter__(self) -> MappedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def hash_bytes(
+    data: bytes | memoryview, *, with_sha256: bool = False, consumed: Callable[[int], None] | None = None
+) -> FileDigest:
+    """Chunk and hash an in-memory buffer; `consumed(offset)` is told how far hashing got."""
     view = memoryview(data)
     digest = hashlib.sha256() if with_sha256 else None
     hashes: list[bytes] = []
@@ -93,6 +135,8 @@ def hash_bytes(data: bytes | memoryview, *, with_sha256: bool = False) -> FileDi
             hashes.append(chunk_hash(view[prev:end]))
             sizes.append(end - prev)
             prev = end
+            if consumed is not None:
+                consumed(end)
     return FileDigest(
         file_hash(hashes, sizes) if hashes else ZERO_HASH,
         len(view),
@@ -104,13 +148,5 @@ def hash_bytes(data: bytes | memoryview, *, with_sha256: bool = False) -> FileDi
 
 def hash_file(path: str | os.PathLike[str], *, with_sha256: bool = False) -> FileDigest:
     """Chunk and hash a file on disk (memory-mapped: no copy, bounded resident memory)."""
-    with open(Path(path), "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size == 0:
-            return hash_bytes(b"", with_sha256=with_sha256)
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            view = memoryview(mapped)
-            try:
-                return hash_bytes(view, with_sha256=with_sha256)
-            finally:
-                view.release()
+    with MappedFile(path) as mapped:
+        return hash_bytes(mapped.view, with_sha256=with_sha256, consumed=mapped.release_before)

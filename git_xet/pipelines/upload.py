@@ -10,21 +10,19 @@ store (all xorbs, then the shard) and records it in the local shard cache.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..client.backend import XetBackend
 from ..client.shard_cache import ChunkIndex, ShardCache
 from ..core.hashes import hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from ..core.xorb import VerifiedXorb, XorbBuilder
-from .file_hashing import FileDigest, hash_bytes
+from .file_hashing import FileDigest, MappedFile, hash_bytes
 
 log = logging.getLogger("git_xet.upload")
 
@@ -52,16 +50,16 @@ class UploadStats:
 
 
 class _XorbSlot:
-    """A xorb being filled; its hash is known once it is closed."""
+    """A xorb being filled; once closed only its chunk list is kept (the body goes to upload)."""
 
     def __init__(self) -> None:
         self.builder = XorbBuilder()
-        self.built: VerifiedXorb | None = None
+        self.cas: CasInfo | None = None
 
     @property
     def hash(self) -> bytes:
-        assert self.built is not None, "xorb not closed yet"
-        return self.built.xorb_hash
+        assert self.cas is not None, "xorb not closed yet"
+        return self.cas.xorb_hash
 
 
 @dataclass
@@ -137,20 +135,13 @@ class Uploader:
     # ------------------------------------------------------------------ files
 
     def add_file(self, path: str | os.PathLike[str]) -> UploadedFile:
-        with open(Path(path), "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size == 0:
-                return self.add_bytes(b"")
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                view = memoryview(mapped)
-                try:
-                    return self.add_bytes(view)
-                finally:
-                    view.release()
+        with MappedFile(path) as mapped:
+            # Two passes over the mapping (hash, then pack); pages behind each pass are released.
+            return self.add_bytes(mapped.view, consumed=mapped.release_before)
 
-    def add_bytes(self, data: bytes | memoryview) -> UploadedFile:
+    def add_bytes(self, data: bytes | memoryview, consumed: Callable[[int], None] | None = None) -> UploadedFile:
         self._check_usable()
-        digest = hash_bytes(data, with_sha256=True)
+        digest = hash_bytes(data, with_sha256=True, consumed=consumed)
         if self.global_dedup:
             self._query_global(digest)
         guard = _FragmentationGuard()
@@ -169,6 +160,8 @@ class Uploader:
                 self._append(terms, _Term(target, start, start + count, length, i, i + count), guard)
                 deduped += length
                 i += count
+                if consumed is not None:
+                    consumed(offsets[i])
                 continue
             chunk = bytes(data[offsets[i] : offsets[i + 1]])
             slot, index = self._store_chunk(chunk, hashes[i])
@@ -177,6 +170,8 @@ class Uploader:
             i += 1
             if self.progress:
                 self.progress(len(chunk))
+            if consumed is not None:
+                consumed(offsets[i])
         self._pending.append(_PendingFile(digest, terms))
         return UploadedFile(hash_to_hex(digest.file_hash), digest.size, digest.sha256.hex(), new_bytes, deduped)
 
@@ -229,13 +224,14 @@ class Uploader:
         self._slot = _XorbSlot()
         if slot.builder.num_chunks == 0:
             return
-        slot.built = slot.builder.build()
+        built = slot.builder.build()
         slot.builder = XorbBuilder()  # release the chunk data held by the builder
+        slot.cas = _cas_info(built)
         self._closed.append(slot)
-        # Bound memory: at most max_parallel_xorbs uploads queued behind the running ones.
-        while sum(not f.done() for f in self._uploads) > self.max_parallel_xorbs:
+        # Bound memory: at most max_parallel_xorbs bodies in flight (each up to 64 MiB).
+        while sum(not f.done() for f in self._uploads) >= self.max_parallel_xorbs:
             next(f for f in self._uploads if not f.done()).result()
-        self._uploads.append(self._pool.submit(self._upload_xorb, slot.built))
+        self._uploads.append(self._pool.submit(self._upload_xorb, built))
 
     def _upload_xorb(self, built: VerifiedXorb) -> None:
         inserted = self.backend.upload_xorb(hash_to_hex(built.xorb_hash), built.body)
@@ -273,7 +269,7 @@ class Uploader:
         if not pending:
             return
         files = tuple(_file_info(p) for p in pending)
-        shard = Shard(files, tuple(_cas_info(slot.built) for slot in closed))
+        shard = Shard(files, tuple(slot.cas for slot in closed))
         self.backend.upload_shard(serialize_shard(shard, with_footer=False))
         self.stats.shards_uploaded += 1
         # Chunks of this session's closed xorbs now live in the index (and the cache).

@@ -151,7 +151,7 @@ class CasStore:
             verified = verify_xorb(body, expected)
         except FormatError as exc:
             raise StoreError(400, f"rejected xorb {xorb_hex}: {exc}") from None
-        self.objects.put(key, verified.with_footer())
+        self.objects.put(key, verified.body, verified.footer().serialize())
         with self._db() as db:
             db.execute(
                 "INSERT OR IGNORE INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)",

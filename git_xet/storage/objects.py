@@ -13,8 +13,8 @@ from ..fsutil import atomic_write
 
 
 class ObjectStore(Protocol):
-    def put(self, key: str, data: bytes) -> None:
-        """Store `data` durably under `key` (all or nothing)."""
+    def put(self, key: str, *parts: bytes) -> None:
+        """Store the concatenation of `parts` durably under `key` (all or nothing)."""
 
     def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
         """Bytes [start, end_inclusive] of the object (shorter if the object is shorter)."""
@@ -34,8 +34,8 @@ class DirectoryObjectStore:
             raise ValueError(f"unsafe object key {key!r}")
         return self.root.joinpath(*parts)
 
-    def put(self, key: str, data: bytes) -> None:
-        atomic_write(self._path(key), data)
+    def put(self, key: str, *parts: bytes) -> None:
+        atomic_write(self._path(key), *parts)
 
     def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
         with open(self._path(key), "rb") as handle:
