@@ -26,6 +26,8 @@ from git_xet.client.tokens import StaticToken
 from git_xet.client.shard_cache import ShardCache
 from git_xet.pipelines.upload import Uploader
 from git_xet.pipelines.download import download_to_path
+from git_xet.memory import tune_allocator
+tune_allocator()  # as the git-xet command does
 phase, target, token, path, cache, meta = sys.argv[1:7]
 backend = HttpCasBackend(target, StaticToken(token)) if target.startswith("http") else LocalStoreBackend(Path(target))
 start = time.perf_counter()

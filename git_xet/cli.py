@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .memory import tune_allocator
+
+    tune_allocator()
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 
