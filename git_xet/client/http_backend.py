@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import uuid
 
 import httpx
@@ -40,8 +41,17 @@ class _HttpStatusError(TransferError):
 
 
 def make_http_client(timeout: httpx.Timeout = DEFAULT_TIMEOUT) -> httpx.Client:
-    """One pooled client; honours HTTP(S)_PROXY, NO_PROXY and SSL_CERT_FILE/SSL_CERT_DIR."""
-    return httpx.Client(timeout=timeout, trust_env=True, follow_redirects=True, headers={"User-Agent": USER_AGENT}, limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+    """One pooled client that honours HTTP(S)_PROXY/NO_PROXY and trusts the OS certificate
+    store plus SSL_CERT_FILE/SSL_CERT_DIR (OpenSSL's default verify paths), so corporate
+    CAs installed on the machine work without extra configuration."""
+    return httpx.Client(
+        timeout=timeout,
+        trust_env=True,
+        verify=ssl.create_default_context(),
+        follow_redirects=True,
+        headers={"User-Agent": USER_AGENT},
+        limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+    )
 
 
 class HttpCasBackend:
