@@ -65,6 +65,49 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scope(args: argparse.Namespace):
+    from .commands.install import Scope
+
+    return Scope("--system" if args.system else "--local" if args.local else "--global")
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    from .commands.install import GitError, install
+
+    try:
+        for line in install(_scope(args), args.standalone, args.remote, args.concurrency):
+            print(f"git-xet: {line}")
+    except GitError as exc:
+        print(f"git-xet install: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_uninstall(args: argparse.Namespace) -> int:
+    from .commands.install import GitError, uninstall
+
+    try:
+        for line in uninstall(_scope(args)):
+            print(f"git-xet: {line}")
+    except GitError as exc:
+        print(f"git-xet uninstall: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_scope_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--global", dest="global_", action="store_true", help="for the current user (default)")
+    group.add_argument("--local", action="store_true", help="for this repository only")
+    group.add_argument("--system", action="store_true", help="for every user of this machine")
+
+
+def _cmd_transfer(_args: argparse.Namespace) -> int:
+    from .agent.transfer import run
+
+    return run()
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         from .server.run import serve
@@ -105,6 +148,20 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true")
     compare.set_defaults(func=_cmd_compare)
 
+    install_cmd = sub.add_parser("install", help="register the XET transfer agent with git-lfs (idempotent)")
+    _add_scope_flags(install_cmd)
+    install_cmd.add_argument("--standalone", metavar="ENDPOINT", help="store LFS objects in this XET store (a directory or a `git xet serve` URL)")
+    install_cmd.add_argument("--remote", help="with --standalone: only for this remote (use with --local)")
+    install_cmd.add_argument("--concurrency", type=int, help="set lfs.concurrenttransfers")
+    install_cmd.set_defaults(func=_cmd_install)
+
+    uninstall_cmd = sub.add_parser("uninstall", help="remove git-xet's git configuration")
+    _add_scope_flags(uninstall_cmd)
+    uninstall_cmd.set_defaults(func=_cmd_uninstall)
+
+    transfer = sub.add_parser("transfer", help="the Git LFS custom transfer agent (run by git-lfs, not by hand)")
+    transfer.set_defaults(func=_cmd_transfer)
+
     serve = sub.add_parser("serve", help="run the XET CAS server (disk + SQLite)")
     serve.add_argument("--data", type=Path, required=True, help="data directory (created if missing)")
     serve.add_argument("--host", default="127.0.0.1")
@@ -125,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["transfer"]:
+        # The hot path: git-lfs starts many agents; skip argparse and answer `init` first.
+        return _cmd_transfer(argparse.Namespace())
     from .memory import tune_allocator
 
     tune_allocator()

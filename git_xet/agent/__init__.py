@@ -1,0 +1,1 @@
+"""`git xet transfer`: the Git LFS custom transfer agent."""

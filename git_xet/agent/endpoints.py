@@ -1,0 +1,89 @@
+"""Which XET store an object goes to, and how to reach it.
+
+Standalone mode (the batch API is skipped; `action` is null): the store named by
+$GIT_XET_ENDPOINT or `git config xet.endpoint` — a directory (a serverless local store) or
+the URL of a `git xet serve`, with $GIT_XET_TOKEN or `xet.token`.
+
+Server-negotiated mode (Hugging Face Hub style): the batch action's headers carry the CAS URL
+and a short-lived token; its href is the route that renews that token with the user's
+credential ($HF_TOKEN, else `git credential fill`, else ~/.netrc).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+class ConfigError(Exception):
+    """The agent is not configured well enough to transfer; the message says what to run."""
+
+
+def git_config(key: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "config", "--get", key], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = out.stdout.strip()
+    return value or None
+
+
+def git_common_dir() -> Path:
+    out = subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True, text=True, timeout=30, check=False)
+    if out.returncode != 0:
+        raise ConfigError("not inside a git repository (git rev-parse --git-common-dir failed)")
+    return Path(out.stdout.strip()).resolve()
+
+
+@dataclass(frozen=True)
+class StandaloneTarget:
+    kind: str  # "local" or "http"
+    location: str
+    token: str | None
+
+
+def standalone_target() -> StandaloneTarget:
+    endpoint = os.environ.get("GIT_XET_ENDPOINT") or git_config("xet.endpoint")
+    if not endpoint:
+        raise ConfigError(
+            "no XET store is configured for this repository; run `git xet install --standalone <directory or https URL>` "
+            "or set `git config xet.endpoint ...`"
+        )
+    token = os.environ.get("GIT_XET_TOKEN") or git_config("xet.token")
+    if endpoint.startswith(("http://", "https://")):
+        return StandaloneTarget("http", endpoint.rstrip("/"), token)
+    path = endpoint.removeprefix("file://")
+    return StandaloneTarget("local", str(Path(path).expanduser().resolve()), None)
+
+
+def credential_headers(url: str) -> dict[str, str]:
+    """The user's credential for the Hub (or our Hub emulation), as request headers."""
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    parts = urlsplit(url)
+    if parts.password:
+        return {"Authorization": f"Bearer {parts.password}"}
+    query = f"protocol={parts.scheme}\nhost={parts.netloc}\npath={parts.path.lstrip('/')}\n\n"
+    try:
+        out = subprocess.run(
+            ["git", "credential", "fill"],
+            input=query,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env=dict(os.environ, GIT_TERMINAL_PROMPT="0"),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    fields = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    if out.returncode == 0 and fields.get("password"):
+        import base64
+
+        basic = base64.b64encode(f"{fields.get('username', '')}:{fields['password']}".encode()).decode()
+        return {"Authorization": f"Basic {basic}"}
+    return {}  # httpx falls back to ~/.netrc

@@ -1,0 +1,188 @@
+"""What one agent process does with each object. Imported lazily, after `init` is answered."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from ..client.backend import XetBackend
+from ..client.errors import NotFoundError, TransferError
+from ..client.http_backend import HttpCasBackend, make_http_client
+from ..client.local_backend import LocalStoreBackend
+from ..client.shard_cache import ShardCache, default_cache_root
+from ..client.tokens import RefreshingToken, StaticToken
+from ..pipelines.download import download_to_path
+from ..pipelines.upload import Uploader
+from .endpoints import ConfigError, credential_headers, git_common_dir, standalone_target
+from .protocol import Transfer
+
+log = logging.getLogger("git_xet.agent")
+
+ATTEMPTS = 3  # git-lfs never retries an agent error, so we do
+PROGRESS_INTERVAL = 0.2
+
+
+class Progress:
+    """Monotonic, throttled progress for one object; the first byte is reported at once
+    (git-lfs holds its other workers until worker 0 reports progress)."""
+
+    def __init__(self, send: Callable[[int, int], None], total: int) -> None:
+        self._send = send
+        self.total = total
+        self.reported = 0
+        self.done = 0
+        self._last = 0.0
+        self._report(min(1, total))
+
+    def _report(self, so_far: int) -> None:
+        if so_far > self.reported:
+            self._send(so_far, so_far - self.reported)
+            self.reported = so_far
+            self._last = time.monotonic()
+
+    def add(self, n: int) -> None:
+        self.done = min(self.total, self.done + n)
+        if time.monotonic() - self._last >= PROGRESS_INTERVAL:
+            self._report(self.done)
+
+    def finish(self) -> None:
+        self._report(self.total)
+
+
+class AgentSession:
+    def __init__(self) -> None:
+        from ..memory import tune_allocator
+
+        tune_allocator()
+        self._http = None
+        self._backends: dict[str, XetBackend] = {}
+        self._uploaders: dict[str, Uploader] = {}
+
+    def _http_client(self):
+        if self._http is None:
+            self._http = make_http_client()
+        return self._http
+
+    # ------------------------------------------------------------------ backends
+
+    def _standalone(self) -> tuple[XetBackend, Callable[[str], str | None]]:
+        target = standalone_target()
+        key = f"{target.kind}:{target.location}"
+        backend = self._backends.get(key)
+        if backend is None:
+            if target.kind == "local":
+                backend = LocalStoreBackend(Path(target.location))
+            else:
+                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self._http_client())
+            self._backends[key] = backend
+        if isinstance(backend, LocalStoreBackend):
+            store = backend.store
+
+            def lookup(oid: str) -> str | None:
+                found = store.file_by_sha256(oid)
+                return found.hash if found else None
+
+        else:
+
+            def lookup(oid: str) -> str | None:
+                return self._batch_lookup(target.location, target.token, oid)
+
+        return backend, lookup
+
+    def _batch_lookup(self, server: str, token: str | None, oid: str) -> str | None:
+        """Our server's LFS batch API maps an oid to its XET file hash."""
+        resp = self._http_client().post(
+            f"{server}/git-xet.git/info/lfs/objects/batch",
+            json={"operation": "download", "transfers": ["xet"], "objects": [{"oid": oid, "size": 0}]},
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+        )
+        if resp.status_code != 200:
+            raise TransferError(f"looking up {oid[:12]} on {server} failed: HTTP {resp.status_code}", retryable=resp.status_code >= 500)
+        obj = resp.json()["objects"][0]
+        return ((obj.get("actions") or {}).get("download") or {}).get("header", {}).get("X-Xet-Hash")
+
+    def _negotiated(self, action: dict) -> XetBackend:
+        headers = {k.lower(): v for k, v in (action.get("header") or {}).items()}
+        cas = headers.get("x-xet-cas-url")
+        if not cas:
+            raise ConfigError("the LFS server did not negotiate XET (no X-Xet-Cas-Url); is this remote XET-enabled?")
+        key = f"cas:{cas}"
+        backend = self._backends.get(key)
+        if backend is None:
+            initial = None
+            if headers.get("x-xet-access-token"):
+                initial = (headers["x-xet-access-token"], float(headers.get("x-xet-token-expiration") or 0))
+            if action.get("href"):
+                tokens = RefreshingToken(action["href"], credential_headers(action["href"]), self._http_client(), initial)
+            else:
+                tokens = StaticToken(initial[0] if initial else None)
+            backend = HttpCasBackend(cas, tokens, session_id=headers.get("x-xet-session-id") or str(uuid.uuid4()), http=self._http_client())
+            self._backends[key] = backend
+        return backend
+
+    def _backend_for(self, req: Transfer) -> tuple[XetBackend, Callable[[str], str | None]]:
+        if req.action is None:
+            return self._standalone()
+        backend = self._negotiated(req.action)
+        header_hash = {k.lower(): v for k, v in (req.action.get("header") or {}).items()}.get("x-xet-hash")
+        return backend, lambda oid: header_hash
+
+    # ------------------------------------------------------------------ transfers
+
+    def transfer(self, req: Transfer, progress: Progress) -> str | None:
+        """Do one upload or download (retrying transient failures); returns the download path."""
+        for attempt in range(ATTEMPTS):
+            try:
+                if req.operation == "upload":
+                    self._upload(req, progress)
+                    return None
+                return self._download(req, progress)
+            except TransferError as exc:
+                if not exc.retryable or attempt == ATTEMPTS - 1:
+                    raise
+                log.warning("%s of %s failed (%s); retrying", req.operation, req.oid[:12], exc)
+                time.sleep(1 + attempt)
+        raise AssertionError("unreachable")
+
+    def _upload(self, req: Transfer, progress: Progress) -> None:
+        backend, lookup = self._backend_for(req)
+        if req.action is None and lookup(req.oid) is not None:
+            log.info("%s already stored", req.oid[:12])
+            return
+        key = backend.cache_key
+        uploader = self._uploaders.get(key)
+        if uploader is None:
+            uploader = Uploader(backend, ShardCache(default_cache_root(), key), progress=progress.add)
+            self._uploaders[key] = uploader
+        uploader.progress = progress.add
+        try:
+            result = uploader.add_file(req.path)
+            if result.sha256 != req.oid:
+                raise TransferError(f"{req.path} does not match its oid (sha256 {result.sha256[:12]}…); the file changed during the push?")
+            uploader.finalize()  # durable (xorbs, then the shard) before we say complete
+        except BaseException:
+            # Its state may not match the store any more; a fresh one resumes from the cache.
+            self._uploaders.pop(key, None)
+            uploader.close()
+            raise
+        log.info("uploaded %s: %d new bytes, %d deduplicated", req.oid[:12], result.new_bytes, result.deduped_bytes)
+
+    def _download(self, req: Transfer, progress: Progress) -> str:
+        backend, lookup = self._backend_for(req)
+        file_hex = lookup(req.oid)
+        if file_hex is None:
+            raise NotFoundError(f"object {req.oid} is not in the XET store; was it pushed?")
+        tmp_dir = git_common_dir() / "lfs" / "tmp"
+        dest = tmp_dir / f"{req.oid}.xet-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        umask = os.umask(0)
+        os.umask(umask)
+        download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, size=req.size, sha256=req.oid, progress=progress.add)
+        return str(dest)
+
+    def close(self) -> None:
+        for uploader in self._uploaders.values():
+            uploader.close()

@@ -1,0 +1,84 @@
+"""The agent's main loop: read requests on stdin, answer on (the guarded) stdout.
+
+Nothing heavy is imported until the first object arrives: git-lfs starts
+`lfs.concurrenttransfers` agents (8 by default) for every command, even for one file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from . import protocol
+from .stdio import ProtocolOut
+
+log = logging.getLogger("git_xet.agent")
+
+
+def _setup_logging() -> None:
+    """$GIT_XET_LOG=<file> logs there; GIT_TRANSFER_TRACE/GIT_TRACE log to stderr (which git-lfs
+    shows with GIT_TRACE=1). Otherwise only warnings, to stderr."""
+    target = os.environ.get("GIT_XET_LOG")
+    trace = os.environ.get("GIT_TRANSFER_TRACE") or os.environ.get("GIT_TRACE")
+    handler: logging.Handler
+    if target:
+        handler = logging.FileHandler(target, encoding="utf-8")
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"%(asctime)s git-xet[{os.getpid()}] %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger("git_xet")
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if (target or trace) else logging.WARNING)
+
+
+def _describe(exc: BaseException) -> str:
+    from ..client.errors import TransferError
+    from .endpoints import ConfigError
+
+    if isinstance(exc, (TransferError, ConfigError)):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}"
+    return f"internal error ({type(exc).__name__}: {exc}); set GIT_XET_LOG=/tmp/git-xet.log and retry to see details"
+
+
+def run(stdin=None) -> int:
+    out = ProtocolOut()
+    _setup_logging()
+    stdin = stdin or sys.stdin
+    session = None
+    for raw in stdin:
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            req = protocol.parse_request(line)
+        except protocol.ProtocolError as exc:
+            log.warning("bad request: %s", exc)
+            if exc.oid:
+                out.send(protocol.complete_error(exc.oid, f"git-xet: {exc}", protocol.ERR_BAD_REQUEST))
+            continue
+        if isinstance(req, protocol.Init):
+            out.send(protocol.init_ok())
+            continue
+        if isinstance(req, protocol.Terminate):
+            break
+        if session is None:
+            from .session import AgentSession
+
+            session = AgentSession()
+        from .session import Progress
+
+        progress = Progress(lambda so_far, since, oid=req.oid: out.send(protocol.progress(oid, so_far, since)), req.size)
+        try:
+            path = session.transfer(req, progress)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an error answer
+            log.exception("%s of %s failed", req.operation, req.oid)
+            out.send(protocol.complete_error(req.oid, f"git-xet: {req.operation} of {req.oid[:12]} failed: {_describe(exc)}"))
+            continue
+        progress.finish()
+        out.send(protocol.complete(req.oid, path))
+    if session is not None:
+        session.close()
+    return 0

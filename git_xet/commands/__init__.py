@@ -1,0 +1,1 @@
+"""User-facing subcommands that configure git (install, uninstall, track, doctor, cache)."""

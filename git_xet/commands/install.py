@@ -1,0 +1,92 @@
+"""`git xet install` / `uninstall`: register (or remove) the agent in git config.
+
+Registration: `lfs.customtransfer.xet.{path,args,concurrent}` (the keys git-lfs 3.x reads;
+`.lfsconfig` cannot set them). Standalone mode additionally names the store (`xet.endpoint`)
+and turns on `lfs.standalonetransferagent=xet`, for every remote or, with --remote, for one
+remote only through a synthetic https LFS URL (a custom scheme would be parsed as SSH).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+AGENT = "xet"
+SCOPED_URL = "https://{remote}.git-xet.invalid/lfs"
+
+
+class GitError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Scope:
+    flag: str  # --global, --local or --system
+
+
+def _git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, timeout=60, check=False)
+    if check and proc.returncode != 0:
+        raise GitError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.returncode}")
+    return proc
+
+
+def _set(scope: Scope, key: str, value: str) -> None:
+    _git("config", scope.flag, "--replace-all", key, value)
+
+
+def _unset(scope: Scope, key: str) -> None:
+    _git("config", scope.flag, "--unset-all", key, check=False)  # absent is fine
+
+
+def agent_command() -> tuple[str, str]:
+    """(path, args) that run this installation's agent, whatever PATH git-lfs sees."""
+    exe = shutil.which("git-xet")
+    if exe:
+        return str(Path(exe).resolve()), "transfer"
+    return sys.executable, "-m git_xet transfer"
+
+
+def install(scope: Scope, standalone: str | None, remote: str | None, concurrency: int | None) -> list[str]:
+    """Configure git; returns human-readable lines of what was done."""
+    done = []
+    if _git("config", "--get", "filter.lfs.process", check=False).returncode != 0:
+        lfs_args = ["lfs", "install"] + (["--skip-repo"] if scope.flag != "--local" else ["--local"])
+        if scope.flag == "--system":
+            lfs_args.append("--system")
+        _git(*lfs_args)
+        done.append("ran `git " + " ".join(lfs_args) + "`")
+    path, args = agent_command()
+    _set(scope, f"lfs.customtransfer.{AGENT}.path", path)
+    _set(scope, f"lfs.customtransfer.{AGENT}.args", args)
+    _set(scope, f"lfs.customtransfer.{AGENT}.concurrent", "true")
+    done.append(f"registered the transfer agent: {path} {args}")
+    if concurrency is not None:
+        _set(scope, "lfs.concurrenttransfers", str(concurrency))
+        done.append(f"lfs.concurrenttransfers = {concurrency}")
+    if standalone:
+        endpoint = standalone if standalone.startswith(("http://", "https://")) else str(Path(standalone).expanduser().resolve())
+        _set(scope, "xet.endpoint", endpoint)
+        if remote:
+            url = SCOPED_URL.format(remote=remote)
+            _set(scope, f"remote.{remote}.lfsurl", url)
+            _set(scope, f"lfs.{url}.standalonetransferagent", AGENT)
+            done.append(f"remote '{remote}' stores LFS objects in {endpoint} (standalone)")
+        else:
+            _set(scope, "lfs.standalonetransferagent", AGENT)
+            done.append(f"every remote stores LFS objects in {endpoint} (standalone)")
+    return done
+
+
+def uninstall(scope: Scope) -> list[str]:
+    for key in (f"lfs.customtransfer.{AGENT}.path", f"lfs.customtransfer.{AGENT}.args", f"lfs.customtransfer.{AGENT}.concurrent", "xet.endpoint", "lfs.standalonetransferagent"):
+        _unset(scope, key)
+    listing = _git("config", scope.flag, "--name-only", "--get-regexp", r"^(lfs\..*\.standalonetransferagent|remote\..*\.lfsurl)$", check=False)
+    for key in listing.stdout.split():
+        value = _git("config", scope.flag, "--get", key, check=False).stdout.strip()
+        if key.endswith(".standalonetransferagent") and value == AGENT or key.endswith(".lfsurl") and ".git-xet.invalid/" in value:
+            _unset(scope, key)
+    return ["removed git-xet's git configuration (git-lfs itself is left installed)"]

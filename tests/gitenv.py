@@ -1,0 +1,56 @@
+"""A throwaway git + git-lfs environment: temp HOME, no system config, our agent on PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class GitEnv:
+    root: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, cwd: Path | None = None, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(list(args), cwd=cwd or self.root, env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            log = self.agent_log()
+            raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n--- agent log ---\n{log[-4000:]}")
+        return proc
+
+    def git(self, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run("git", *args, cwd=cwd, check=check)
+
+    def git_xet(self, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run(sys.executable, "-m", "git_xet", *args, cwd=cwd, check=check)
+
+    def agent_log(self) -> str:
+        path = Path(self.env["GIT_XET_LOG"])
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def make_git_env(tmp: Path) -> GitEnv:
+    assert shutil.which("git-lfs"), "git-lfs is missing: install/test.sh installs it (apt-get install git-lfs)"
+    home = tmp / "home"
+    home.mkdir(parents=True)
+    env = dict(os.environ)
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_XET_CACHE=str(tmp / "xet-cache"),
+        GIT_XET_LOG=str(tmp / "agent.log"),
+        PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+    )
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_XET_ENDPOINT", "GIT_XET_TOKEN", "HF_TOKEN"):
+        env.pop(key, None)
+    genv = GitEnv(tmp, env)
+    genv.git("config", "--global", "user.name", "git-xet tests")
+    genv.git("config", "--global", "user.email", "tests@git-xet.invalid")
+    genv.git("config", "--global", "init.defaultBranch", "main")
+    return genv
