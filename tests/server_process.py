@@ -32,11 +32,12 @@ class RunningServer:
 
 
 @contextmanager
-def running_server(data_dir: Path, *extra: str) -> Iterator[RunningServer]:
+def running_server(data_dir: Path, *extra: str, port: int = 0) -> Iterator[RunningServer]:
     log_path = data_dir.parent / "server.log"
-    with open(log_path, "wb") as log:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "git_xet", "serve", "--data", str(data_dir), "--port", "0", *extra],
+            [sys.executable, "-m", "git_xet", "serve", "--data", str(data_dir), "--port", str(port), *extra],
             stdout=subprocess.PIPE, stderr=log, env=dict(os.environ),
         )  # fmt: skip
     try:

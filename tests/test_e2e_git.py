@@ -10,6 +10,7 @@ import pytest
 from git_xet.storage.cas_store import CasStore
 from tests.datagen import random_bytes
 from tests.gitenv import GitEnv, make_git_env
+from tests.server_process import RunningServer, running_server
 
 
 def _stored_bytes(store: Path) -> int:
@@ -87,3 +88,74 @@ def test_install_is_idempotent_and_uninstall_cleans_up(tmp_path: Path, scope: st
     g.git_xet("uninstall", scope, cwd=repo)
     listing = g.git("config", scope, "--list", cwd=repo).stdout
     assert "customtransfer.xet" not in listing and "standalonetransferagent" not in listing and "xet.endpoint" not in listing
+
+
+# ---------------------------------------------------------------- through `git xet serve`
+
+
+def _server_bytes(srv: RunningServer) -> int:
+    return _stored_bytes(srv.data_dir)
+
+
+def test_standalone_against_our_server(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    g.env.update(GIT_XET_RETRY_MAX_ATTEMPTS="2", GIT_XET_RETRY_BASE_DELAY="0.05")
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g.git_xet("install", "--standalone", srv.url)
+        g.git("config", "--global", "xet.token", srv.token("write"))
+        files = {"weights.bin": random_bytes(12_000_000, 5), "small.bin": b"s" * 5000}
+        work = _push_first_commit(g, files)
+        port = int(srv.url.rsplit(":", 1)[1])
+
+        # Re-offering everything sends nothing new.
+        before = _server_bytes(srv)
+        g.git("lfs", "push", "--all", "origin", cwd=work)
+        assert _server_bytes(srv) == before
+
+        # v2 edit: only the changed chunks reach the server.
+        v2 = bytearray(files["weights.bin"])
+        v2[6_000_000:6_000_500] = bytes(500)
+        (work / "weights.bin").write_bytes(bytes(v2))
+        g.git("commit", "-am", "v2", cwd=work)
+        g.git("push", "origin", "main", cwd=work)
+        assert _server_bytes(srv) - before < 0.05 * len(v2)
+
+        g.git("clone", "remote.git", "clone2")
+        assert (g.root / "clone2" / "weights.bin").read_bytes() == bytes(v2)
+        assert "Git LFS fsck OK" in g.git("lfs", "fsck", cwd=g.root / "clone2").stdout
+
+        # Worktrees: objects fetched from a linked worktree land in the common git dir.
+        g.env["GIT_LFS_SKIP_SMUDGE"] = "1"
+        g.git("clone", "remote.git", "lazy")
+        del g.env["GIT_LFS_SKIP_SMUDGE"]
+        g.git("worktree", "add", "../lazy-wt", cwd=g.root / "lazy")
+        g.git("lfs", "pull", cwd=g.root / "lazy-wt")
+        assert (g.root / "lazy-wt" / "weights.bin").read_bytes() == bytes(v2)
+
+    # The server is down: the push fails with a readable reason, and succeeds once it is back.
+    (work / "small.bin").write_bytes(b"t" * 7000)
+    g.git("commit", "-am", "v3", cwd=work)
+    failed = g.git("push", "origin", "main", cwd=work, check=False)
+    assert failed.returncode != 0
+    assert "git-xet: upload of" in failed.stderr and "failed" in failed.stderr
+    with running_server(tmp_path / "srv" / "data", port=port):
+        g.git("push", "origin", "main", cwd=work)
+    g.git("pull", cwd=g.root / "clone2", check=False)
+
+
+def test_hub_style_negotiation_with_our_server(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    with running_server(tmp_path / "srv" / "data") as srv:
+        user_token = srv.token("write")
+        g.git_xet("install")  # registered, no standalone mode: the server negotiates
+        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+        g.git("config", "--global", "lfs.url", f"{srv.url}/acme/model.git/info/lfs")
+        files = {"data.bin": random_bytes(9_000_000, 7)}
+        _push_first_commit(g, files)
+        log = srv.log()
+        assert "/acme/model.git/info/lfs/objects/batch" in log
+        assert "/v1/xorbs/default/" in log and "/v2/shards" in log
+        assert user_token not in log and user_token not in g.agent_log()
+        g.git("clone", "remote.git", "clone2")
+        assert (g.root / "clone2" / "data.bin").read_bytes() == files["data.bin"]
+        assert "/v2/reconstructions/" in srv.log()  # a native XET download by our agent

@@ -67,7 +67,7 @@ class HttpCasBackend:
         self.endpoint = endpoint.rstrip("/")
         self.tokens = tokens or StaticToken(None)
         self.session_id = session_id or str(uuid.uuid4())
-        self.policy = policy or RetryPolicy()
+        self.policy = policy or RetryPolicy.from_env()
         self.http = http or make_http_client()
 
     @property

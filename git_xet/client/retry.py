@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -27,6 +28,17 @@ class RetryPolicy:
     base_delay: float = 1.0
     factor: float = 3.0
     max_delay: float = 30.0
+
+    @classmethod
+    def from_env(cls) -> RetryPolicy:
+        """Defaults, overridable by GIT_XET_RETRY_MAX_ATTEMPTS and GIT_XET_RETRY_BASE_DELAY."""
+        policy = cls()
+        try:
+            attempts = int(os.environ.get("GIT_XET_RETRY_MAX_ATTEMPTS", policy.max_attempts))
+            base = float(os.environ.get("GIT_XET_RETRY_BASE_DELAY", policy.base_delay))
+        except ValueError:
+            return policy
+        return cls(max_attempts=max(1, attempts), base_delay=max(0.0, base), factor=policy.factor, max_delay=policy.max_delay)
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         bound = min(self.max_delay, self.base_delay * self.factor**attempt)
@@ -55,7 +67,8 @@ def with_retries(what: str, fn: Callable[[], T], policy: RetryPolicy) -> T:
         except Exception as exc:  # noqa: BLE001 - classified below
             if not is_retryable(exc) or attempt == policy.max_attempts - 1:
                 if is_retryable(exc):
-                    raise TransferError(f"{what} failed after {policy.max_attempts} attempts: {exc}", retryable=True) from exc
+                    # Already retried here: callers should not retry it again.
+                    raise TransferError(f"{what} failed after {policy.max_attempts} attempts: {exc}") from exc
                 raise
             delay = policy.delay(attempt, _retry_after(exc))
             log.info("%s failed (%s); retry %d/%d in %.1fs", what, exc, attempt + 1, policy.max_attempts - 1, delay)
