@@ -102,6 +102,40 @@ def _add_scope_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--system", action="store_true", help="for every user of this machine")
 
 
+def _cmd_doctor(_args: argparse.Namespace) -> int:
+    from .commands.doctor import checks
+
+    problems = 0
+    for check in checks():
+        print(f"{'ok ' if check.ok else 'XX '} {check.what}")
+        if not check.ok:
+            problems += 1
+            print(f"     fix: {check.fix}")
+    return 1 if problems else 0
+
+
+def _cmd_track(args: argparse.Namespace) -> int:
+    import subprocess
+
+    return subprocess.run(["git", "lfs", "track", *args.patterns], check=False).returncode
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from .commands import cache
+
+    lines = cache.show() if args.action == "show" else cache.prune(_parse_size(args.max_size) if args.max_size else None, args.all)
+    print("\n".join(lines))
+    return 0
+
+
+def _parse_size(text: str) -> int:
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    number, unit = text.strip().lower().rstrip("ib"), ""
+    if number and number[-1] in units:
+        number, unit = number[:-1], number[-1]
+    return int(float(number) * units[unit])
+
+
 def _cmd_transfer(_args: argparse.Namespace) -> int:
     from .agent.transfer import run
 
@@ -158,6 +192,20 @@ def build_parser() -> argparse.ArgumentParser:
     uninstall_cmd = sub.add_parser("uninstall", help="remove git-xet's git configuration")
     _add_scope_flags(uninstall_cmd)
     uninstall_cmd.set_defaults(func=_cmd_uninstall)
+
+    for name in ("doctor", "env"):
+        doctor = sub.add_parser(name, help="show the configuration and check it (git-lfs, agent, store, token)")
+        doctor.set_defaults(func=_cmd_doctor)
+
+    track = sub.add_parser("track", help="track file patterns with Git LFS (same as `git lfs track`)")
+    track.add_argument("patterns", nargs="*", metavar="PATTERN")
+    track.set_defaults(func=_cmd_track)
+
+    cache_cmd = sub.add_parser("cache", help="show or prune the local shard cache")
+    cache_cmd.add_argument("action", choices=["show", "prune"])
+    cache_cmd.add_argument("--max-size", help="with prune: cap the cache per store, e.g. 2G")
+    cache_cmd.add_argument("--all", action="store_true", help="with prune: remove everything")
+    cache_cmd.set_defaults(func=_cmd_cache)
 
     transfer = sub.add_parser("transfer", help="the Git LFS custom transfer agent (run by git-lfs, not by hand)")
     transfer.set_defaults(func=_cmd_transfer)

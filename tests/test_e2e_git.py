@@ -159,3 +159,38 @@ def test_hub_style_negotiation_with_our_server(tmp_path: Path) -> None:
         g.git("clone", "remote.git", "clone2")
         assert (g.root / "clone2" / "data.bin").read_bytes() == files["data.bin"]
         assert "/v2/reconstructions/" in srv.log()  # a native XET download by our agent
+
+
+def test_doctor_track_and_cache_commands(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    bare = g.git_xet("doctor", check=False)
+    assert bare.returncode == 1 and "run `git xet install`" in bare.stdout
+    store = tmp_path / "store"
+    g.git_xet("install", "--standalone", str(store))
+    ok = g.git_xet("doctor", check=False)
+    assert ok.returncode == 0, ok.stdout
+    assert "native C chunker" in ok.stdout and "local store" in ok.stdout
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g.git("config", "--global", "xet.endpoint", srv.url)
+        g.git("config", "--global", "xet.token", "xet1.bad.token")
+        bad = g.git_xet("env", check=False)
+        assert bad.returncode == 1 and "access token refused" in bad.stdout
+        g.git("config", "--global", "xet.token", srv.token("write"))
+        assert g.git_xet("env", check=False).returncode == 0
+    g.git("config", "--global", "xet.endpoint", str(store))
+
+    g.git("init", "repo")
+    repo = g.root / "repo"
+    g.git_xet("track", "*.safetensors", cwd=repo)
+    assert "*.safetensors filter=lfs" in (repo / ".gitattributes").read_text()
+    (repo / "m.safetensors").write_bytes(random_bytes(2_000_000, 9))
+    g.git("add", ".", cwd=repo)
+    g.git("commit", "-m", "m", cwd=repo)
+    g.git("init", "--bare", "remote.git")
+    g.git("remote", "add", "origin", str(g.root / "remote.git"), cwd=repo)
+    g.git("push", "origin", "main", cwd=repo)
+    shown = g.git_xet("cache", "show").stdout
+    assert "1 shards" in shown or "shards," in shown
+    assert "MiB" in g.git_xet("cache", "prune", "--max-size", "1K").stdout
+    assert "removed every cached shard" in g.git_xet("cache", "prune", "--all").stdout
+    assert not (tmp_path / "xet-cache" / "shards").exists()

@@ -98,6 +98,14 @@ class ShardCache:
         self.dir = Path(root) / "shards" / digest
         self.max_bytes = max_bytes
 
+    @classmethod
+    def at(cls, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ShardCache:
+        """The cache kept in an existing per-store directory (for maintenance commands)."""
+        cache = cls.__new__(cls)
+        cache.dir = Path(directory)
+        cache.max_bytes = max_bytes
+        return cache
+
     def add(self, shard: Shard) -> Path:
         """Persist a shard (stored form, keeping its key and expiry)."""
         blob = serialize_shard(shard, with_footer=True)
