@@ -1,5 +1,7 @@
-# Shared set-up for install/*.sh: system packages, then a project virtualenv with git-xet in it.
+# Shared set-up for install/*.sh: system packages, then a virtualenv with git-xet in it.
 # Usage: EXTRAS=test source install/common.sh   (sets ROOT and VENV)
+#   GIT_XET_VENV=DIR     where the virtualenv goes (default: .venv in the checkout)
+#   GIT_XET_EDITABLE=0   install a copy instead of an editable checkout (the installer does)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${GIT_XET_VENV:-$ROOT/.venv}"
@@ -40,7 +42,12 @@ spec="$ROOT"
 log="$VENV/install.log"
 # Build-backend chatter goes to a log; it is shown only when the install fails.
 if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip &&
-       "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$spec"; } >"$log" 2>&1; then
+       if [ "${GIT_XET_EDITABLE:-1}" = 0 ]; then
+         "$VENV/bin/python" -m pip install --disable-pip-version-check --force-reinstall --no-deps "$spec" &&
+         "$VENV/bin/python" -m pip install --disable-pip-version-check "$spec"
+       else
+         "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$spec"
+       fi; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
   echo "git-xet: installing into $VENV failed; full log: $log" >&2
   exit 1

@@ -1,30 +1,63 @@
 #!/usr/bin/env bash
-# The main job: set up git-xet on a fresh machine, then show content-defined dedup on a model-sized
-# file: v1, then v2 with 1% of it edited in place and a 1 KiB insertion near the start.
+# The main job: set up git-xet on a fresh machine, then push and clone a model-sized file through
+# git + git-lfs + our agent into the embedded serverless store, and show what v2 of the file sends
+# (1% edited in place, plus an insertion that shifts everything after it).
+# Uses a private git config: your ~/.gitconfig is not touched.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SIZE_MIB="${DEMO_SIZE_MIB:-256}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+export GIT_CONFIG_GLOBAL="$work/gitconfig" GIT_CONFIG_NOSYSTEM=1 GIT_XET_CACHE="$work/cache" PATH="$VENV/bin:$PATH"
+git config --global user.name demo && git config --global user.email demo@git-xet.invalid
+git config --global init.defaultBranch main
+store="$work/xet-store"
+git-xet install --standalone "$store" >/dev/null
 
-"$VENV/bin/python" - "$work" "$SIZE_MIB" <<'PY'
-import os, random, sys
-work, size = sys.argv[1], int(sys.argv[2]) * 1024 * 1024
+stored() { du -sb "$store/xorbs" 2>/dev/null | cut -f1; }
+seconds() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
+elapsed() { python3 -c "print(f'{$2 - $1:.1f}')"; }
+
+"$VENV/bin/python" - "$work/model.bin" "$SIZE_MIB" <<'PY'
+import random, sys
+path, size = sys.argv[1], int(sys.argv[2]) * 1024 * 1024
 rng = random.Random(42)
 piece = 16 * 1024 * 1024  # randbytes takes at most 2**31 bits at a time
-v1 = bytearray(b"".join(rng.randbytes(min(piece, size - i)) for i in range(0, size, piece)))
-with open(os.path.join(work, "model-v1.bin"), "wb") as f:
-    f.write(v1)
-# v2: ten in-place edits totalling 1% of the file, plus an insertion that shifts everything after it.
-for k in range(10):
-    at = (k * 2 + 1) * size // 21
-    v1[at : at + size // 1000] = rng.randbytes(size // 1000)
-v1[4096:4096] = rng.randbytes(1024)
-with open(os.path.join(work, "model-v2.bin"), "wb") as f:
-    f.write(v1)
+with open(path, "wb") as f:
+    for i in range(0, size, piece):
+        f.write(rng.randbytes(min(piece, size - i)))
 PY
 
-echo "== git xet hash (XET file hashes, identical to hf-xet's)"
-"$VENV/bin/git-xet" hash --sha256 "$work/model-v1.bin" "$work/model-v2.bin"
-echo
-echo "== git xet compare (what pushing v2 after v1 uploads)"
-"$VENV/bin/git-xet" compare "$work/model-v1.bin" "$work/model-v2.bin"
+cd "$work"
+git init -q --bare remote.git
+git clone -q remote.git repo 2>/dev/null
+cd repo
+git-xet track "*.bin" >/dev/null
+mv "$work/model.bin" model.bin
+git add . && git commit -qm "model v1"
+t0=$(seconds); git push -q origin main; t1=$(seconds)
+v1_stored=$(stored)
+echo "== push v1: ${SIZE_MIB} MiB in $(elapsed "$t0" "$t1") s; store holds $((v1_stored / 1048576)) MiB"
+
+"$VENV/bin/python" - model.bin <<'PY'
+import random, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+rng = random.Random(7)
+size = len(data)
+for k in range(10):  # ten in-place edits, 1% of the file in total
+    at = (k * 2 + 1) * size // 21
+    data[at : at + size // 1000] = rng.randbytes(size // 1000)
+data[4096:4096] = rng.randbytes(1024)  # and an insertion near the start
+open(path, "wb").write(data)
+PY
+git commit -qam "model v2"
+t0=$(seconds); git push -q origin main; t1=$(seconds)
+v2_stored=$(stored)
+sent=$((v2_stored - v1_stored))
+echo "== push v2: $(elapsed "$t0" "$t1") s; new data stored: $((sent / 1024)) KiB ($(python3 -c "print(f'{100 * $sent / ($SIZE_MIB * 1048576):.2f}')")% of the file)"
+
+cd "$work"
+t0=$(seconds); git clone -q remote.git clone 2>/dev/null; t1=$(seconds)
+cmp -s clone/model.bin repo/model.bin && same=identical || same=DIFFERENT
+echo "== clone: $(elapsed "$t0" "$t1") s; model.bin is $same to what was pushed"
+(cd clone && git lfs fsck | tail -1)

@@ -43,7 +43,14 @@ def _unset(scope: Scope, key: str) -> None:
 
 
 def agent_command() -> tuple[str, str]:
-    """(path, args) that run this installation's agent, whatever PATH git-lfs sees."""
+    """(path, args) that run this installation's agent, whatever PATH git-lfs sees.
+
+    The script beside the running interpreter is this installation's; another `git-xet` on
+    PATH may belong to a different environment.
+    """
+    beside = Path(sys.executable).parent / "git-xet"
+    if beside.is_file():
+        return str(beside), "transfer"
     exe = shutil.which("git-xet")
     if exe:
         return str(Path(exe).resolve()), "transfer"
