@@ -75,7 +75,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
     from .commands.install import GitError, install
 
     try:
-        for line in install(_scope(args), args.standalone, args.remote, args.concurrency):
+        for line in install(_scope(args), args.standalone, args.remote, args.concurrency, args.native):
             print(f"git-xet: {line}")
     except GitError as exc:
         print(f"git-xet install: {exc}", file=sys.stderr)
@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     install_cmd.add_argument("--standalone", metavar="ENDPOINT", help="store LFS objects in this XET store (a directory or a `git xet serve` URL)")
     install_cmd.add_argument("--remote", help="with --standalone: only for this remote (use with --local)")
     install_cmd.add_argument("--concurrency", type=int, help="set lfs.concurrenttransfers")
+    install_cmd.add_argument(
+        "--native", metavar="URL", help="for a Hub-style server (e.g. https://huggingface.co): our own batch calls, native XET downloads"
+    )
     install_cmd.set_defaults(func=_cmd_install)
 
     uninstall_cmd = sub.add_parser("uninstall", help="remove git-xet's git configuration")

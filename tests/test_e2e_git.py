@@ -194,3 +194,22 @@ def test_doctor_track_and_cache_commands(tmp_path: Path) -> None:
     assert "MiB" in g.git_xet("cache", "prune", "--max-size", "1K").stdout
     assert "removed every cached shard" in g.git_xet("cache", "prune", "--all").stdout
     assert not (tmp_path / "xet-cache" / "shards").exists()
+
+
+def test_native_mode_against_a_hub_style_server(tmp_path: Path) -> None:
+    """`git xet install --native URL`: our own batch calls; downloads are reconstructed from the
+    CAS using the XET hash in the Hub-style bridge href, not streamed through the bridge."""
+    g = make_git_env(tmp_path)
+    with running_server(tmp_path / "srv" / "data") as srv:
+        user_token = srv.token("write")
+        g.git_xet("install", "--native", srv.url)
+        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+        g.git("config", "--global", "lfs.url", f"{srv.url}/datasets/acme/corpus.git/info/lfs")
+        files = {"shard.bin": random_bytes(7_000_000, 8)}
+        _push_first_commit(g, files)
+        g.git("clone", "remote.git", "clone2")
+        assert (g.root / "clone2" / "shard.bin").read_bytes() == files["shard.bin"]
+        log = srv.log()
+        assert "/api/datasets/acme/corpus/xet-read-token/main" in log  # read token for the native download
+        assert "/v2/reconstructions/" in log and "/xet-bridge-us/" not in log
+        assert user_token not in log and user_token not in g.agent_log()

@@ -59,6 +59,44 @@ def standalone_target() -> StandaloneTarget:
     return StandaloneTarget("local", str(Path(path).expanduser().resolve()), None)
 
 
+def lfs_endpoint(remote: str | None) -> str:
+    """The LFS endpoint git-lfs uses for `remote` (remote.<r>.lfsurl, lfs.url, or derived)."""
+    remote = remote or "origin"
+    explicit = git_config(f"remote.{remote}.lfsurl") or git_config("lfs.url")
+    if explicit:
+        return explicit.rstrip("/")
+    url = git_config(f"remote.{remote}.url")
+    if not url or not url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"remote '{remote}' is not an https remote and no XET store is configured; "
+            "run `git xet install --standalone <directory or URL>`"
+        )
+    url = url.rstrip("/")
+    return (url if url.endswith(".git") else url + ".git") + "/info/lfs"
+
+
+@dataclass(frozen=True)
+class HubRepo:
+    """Where a Hub-style server's XET token routes are, derived from its LFS endpoint."""
+
+    base: str
+    kind: str  # models, datasets or spaces
+    repo: str
+
+    def token_route(self, mode: str, rev: str = "main") -> str:
+        return f"{self.base}/api/{self.kind}/{self.repo}/xet-{mode}-token/{rev}"
+
+
+def hub_repo(endpoint: str) -> HubRepo:
+    parts = urlsplit(endpoint)
+    path = parts.path.removesuffix("/info/lfs").removesuffix(".git").strip("/")
+    kind = "models"
+    for prefix in ("datasets", "spaces"):
+        if path.startswith(prefix + "/"):
+            kind, path = prefix, path[len(prefix) + 1 :]
+    return HubRepo(f"{parts.scheme}://{parts.netloc}", kind, path)
+
+
 def credential_headers(url: str) -> dict[str, str]:
     """The user's credential for the Hub (or our Hub emulation), as request headers."""
     token = os.environ.get("HF_TOKEN")

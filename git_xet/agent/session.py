@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..client.backend import XetBackend
 from ..client.errors import NotFoundError, TransferError
@@ -15,9 +16,10 @@ from ..client.http_backend import HttpCasBackend, make_http_client
 from ..client.local_backend import LocalStoreBackend
 from ..client.shard_cache import ShardCache, default_cache_root
 from ..client.tokens import RefreshingToken, StaticToken
+from ..core.hashes import is_hash_hex
 from ..pipelines.download import download_to_path
 from ..pipelines.upload import Uploader
-from .endpoints import ConfigError, credential_headers, git_common_dir, standalone_target
+from .endpoints import ConfigError, credential_headers, git_common_dir, git_config, hub_repo, lfs_endpoint, standalone_target
 from .protocol import Transfer
 
 log = logging.getLogger("git_xet.agent")
@@ -54,10 +56,11 @@ class Progress:
 
 
 class AgentSession:
-    def __init__(self) -> None:
+    def __init__(self, remote: str | None = None) -> None:
         from ..memory import tune_allocator
 
         tune_allocator()
+        self.remote = remote
         self._http = None
         self._backends: dict[str, XetBackend] = {}
         self._uploaders: dict[str, Uploader] = {}
@@ -124,9 +127,58 @@ class AgentSession:
             self._backends[key] = backend
         return backend
 
-    def _backend_for(self, req: Transfer) -> tuple[XetBackend, Callable[[str], str | None]]:
+    def _own_batch(self, req: Transfer) -> tuple[XetBackend | None, Callable[[str], str | None]]:
+        """Standalone toward a Hub-style remote: our own batch call, then XET natively.
+
+        Uploads get the CAS credentials from the batch action. Downloads, which the Hub answers
+        with `basic` and a cas-bridge href ending in the XET file hash, are reconstructed from
+        the CAS directly with a read token from the repo's refresh route.
+        """
+        endpoint = lfs_endpoint(self.remote)
+        creds = credential_headers(endpoint)
+        # Downloads: the Hub answers `basic` with a cas-bridge href whatever is offered; asking
+        # for exactly that keeps one path for the Hub and for servers that would offer more.
+        transfers = ["xet"] if req.operation == "upload" else ["basic"]
+        resp = self._http_client().post(
+            f"{endpoint}/objects/batch",
+            json={"operation": req.operation, "transfers": transfers, "objects": [{"oid": req.oid, "size": req.size}], "hash_algo": "sha256"},
+            headers={"Accept": "application/vnd.git-lfs+json", "Content-Type": "application/vnd.git-lfs+json", **creds},
+        )
+        if resp.status_code in (401, 403):
+            raise TransferError(f"the LFS server refused your credentials (HTTP {resp.status_code}); set HF_TOKEN or store them with `git credential approve`")
+        if resp.status_code != 200:
+            raise TransferError(f"LFS batch request to {endpoint} failed: HTTP {resp.status_code}", retryable=resp.status_code >= 500)
+        body = resp.json()
+        obj = (body.get("objects") or [{}])[0]
+        if obj.get("error"):
+            raise TransferError(f"the LFS server says: {obj['error'].get('message')}")
+        action = (obj.get("actions") or {}).get(req.operation)
+        if req.operation == "upload":
+            if action is None:  # already stored: nothing to talk to
+                return None, lambda oid: oid
+            return self._negotiated(action), lambda oid: None
+        if action is None:
+            raise NotFoundError(f"the LFS server has no download for {req.oid[:12]}")
+        if body.get("transfer") == "xet":
+            return self._backend_for(Transfer(req.operation, req.oid, req.size, None, action))
+        file_hex = urlsplit(action["href"]).path.rstrip("/").rsplit("/", 1)[-1]
+        if not is_hash_hex(file_hex):
+            raise TransferError("this LFS server does not serve XET downloads (no XET hash in its download URL)")
+        hub = hub_repo(endpoint)
+        tokens = RefreshingToken(hub.token_route("read"), creds, self._http_client())
+        tokens.token()  # learn the CAS URL
+        cas = tokens.cas_url or hub.base
+        backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self._http_client())
+        self._backends[f"cas:{cas}"] = backend
+        return backend, lambda oid: file_hex
+
+    def _backend_for(self, req: Transfer) -> tuple[XetBackend | None, Callable[[str], str | None]]:
+        """The store for this object, and how to find an oid's XET hash there (a non-None
+        answer for an upload means: already stored). None as the store: nothing to do."""
         if req.action is None:
-            return self._standalone()
+            if os.environ.get("GIT_XET_ENDPOINT") or git_config("xet.endpoint"):
+                return self._standalone()
+            return self._own_batch(req)
         backend = self._negotiated(req.action)
         header_hash = {k.lower(): v for k, v in (req.action.get("header") or {}).items()}.get("x-xet-hash")
         return backend, lambda oid: header_hash
@@ -150,7 +202,7 @@ class AgentSession:
 
     def _upload(self, req: Transfer, progress: Progress) -> None:
         backend, lookup = self._backend_for(req)
-        if req.action is None and lookup(req.oid) is not None:
+        if backend is None or lookup(req.oid) is not None:
             log.info("%s already stored", req.oid[:12])
             return
         key = backend.cache_key
@@ -174,7 +226,7 @@ class AgentSession:
     def _download(self, req: Transfer, progress: Progress) -> str:
         backend, lookup = self._backend_for(req)
         file_hex = lookup(req.oid)
-        if file_hex is None:
+        if backend is None or file_hex is None:
             raise NotFoundError(f"object {req.oid} is not in the XET store; was it pushed?")
         tmp_dir = git_common_dir() / "lfs" / "tmp"
         dest = tmp_dir / f"{req.oid}.xet-{os.getpid()}-{uuid.uuid4().hex[:8]}"

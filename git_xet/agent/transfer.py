@@ -48,6 +48,7 @@ def run(stdin=None) -> int:
     _setup_logging()
     stdin = stdin or sys.stdin
     session = None
+    remote = None
     for raw in stdin:
         line = raw.strip()
         if not line:
@@ -61,13 +62,14 @@ def run(stdin=None) -> int:
             continue
         if isinstance(req, protocol.Init):
             out.send(protocol.init_ok())
+            remote = req.remote
             continue
         if isinstance(req, protocol.Terminate):
             break
         if session is None:
             from .session import AgentSession
 
-            session = AgentSession()
+            session = AgentSession(remote)
         from .session import Progress
 
         progress = Progress(lambda so_far, since, oid=req.oid: out.send(protocol.progress(oid, so_far, since)), req.size)

@@ -57,7 +57,7 @@ def agent_command() -> tuple[str, str]:
     return sys.executable, "-m git_xet transfer"
 
 
-def install(scope: Scope, standalone: str | None, remote: str | None, concurrency: int | None) -> list[str]:
+def install(scope: Scope, standalone: str | None, remote: str | None, concurrency: int | None, native: str | None = None) -> list[str]:
     """Configure git; returns human-readable lines of what was done."""
     done = []
     if _git("config", "--get", "filter.lfs.process", check=False).returncode != 0:
@@ -74,6 +74,10 @@ def install(scope: Scope, standalone: str | None, remote: str | None, concurrenc
     if concurrency is not None:
         _set(scope, "lfs.concurrenttransfers", str(concurrency))
         done.append(f"lfs.concurrenttransfers = {concurrency}")
+    if native:
+        # git matches `lfs.<url>.*` keys against the LFS endpoint by URL prefix.
+        _set(scope, f"lfs.{native.rstrip('/')}/.standalonetransferagent", AGENT)
+        done.append(f"LFS endpoints under {native} use git-xet directly (native XET uploads and downloads)")
     if standalone:
         endpoint = standalone if standalone.startswith(("http://", "https://")) else str(Path(standalone).expanduser().resolve())
         _set(scope, "xet.endpoint", endpoint)

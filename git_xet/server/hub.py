@@ -105,7 +105,7 @@ class HubEmulation:
                 action["header"]["X-Xet-Hash"] = stored.hash
                 entry["actions"] = {"download": action}
             else:
-                entry["actions"] = {"download": {"href": self._bridge_url(base, stored.hash), "expires_in": self.cas.config.url_ttl}}
+                entry["actions"] = {"download": {"href": self._bridge_url(base, repo, stored.hash), "expires_in": self.cas.config.url_ttl}}
             out.append(entry)
         return JSONResponse({"transfer": transfer, "objects": out, "hash_algo": "sha256"}, media_type=LFS_MEDIA_TYPE)
 
@@ -121,10 +121,11 @@ class HubEmulation:
             "expires_in": max(1, exp - int(time.time())),
         }
 
-    def _bridge_url(self, base: str, file_hex: str) -> str:
+    def _bridge_url(self, base: str, repo: str, file_hex: str) -> str:
+        """Shaped like the Hub's cas-bridge hrefs: the XET file hash is the last path segment."""
         exp = int(time.time()) + self.cas.config.url_ttl
         sig = self.cas.signer.sign_range(file_hex, 0, 0, exp)
-        return f"{base}/xet-bridge/{file_hex}?{urlencode({'exp': exp, 'sig': sig})}"
+        return f"{base}/xet-bridge-us/{repo}/{file_hex}?{urlencode({'exp': exp, 'sig': sig})}"
 
     async def token_route(self, request: Request) -> Response:
         kind = request.path_params["kind"]
@@ -163,5 +164,5 @@ def hub_routes(hub: HubEmulation) -> list[Route]:
         Route("/{repo:path}/info/lfs/objects/batch", hub.batch, methods=["POST"]),
         Route("/api/{kind}/{repo:path}/xet-read-token/{rev}", hub.token_route),
         Route("/api/{kind}/{repo:path}/xet-write-token/{rev}", hub.token_route),
-        Route("/xet-bridge/{file}", hub.bridge),
+        Route("/xet-bridge-us/{repo:path}/{file}", hub.bridge),
     ]
