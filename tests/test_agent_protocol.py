@@ -1,0 +1,87 @@
+"""The agent process speaking the custom transfer protocol directly (no git-lfs in between)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.datagen import random_bytes
+
+
+def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = None) -> tuple[list[dict], str, float]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_XET_CACHE": str(tmp_path / "cache"), "GIT_CONFIG_NOSYSTEM": "1"}
+    env.update(env_extra or {})
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "git_xet", "transfer"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr, elapsed
+
+
+INIT = json.dumps({"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8})
+
+
+def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
+    data = random_bytes(300_000, 1)
+    obj = tmp_path / "obj"
+    obj.write_bytes(data)
+    oid = hashlib.sha256(data).hexdigest()
+    store = tmp_path / "store"
+    lines = [
+        INIT,
+        "this is not json",
+        json.dumps({"event": "upload", "oid": "../../etc", "size": 1, "path": str(obj)}),
+        json.dumps({"event": "upload", "oid": oid, "size": "300000", "path": str(obj)}),
+        json.dumps({"event": "whatever"}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj), "action": None}),
+        json.dumps({"event": "upload", "oid": "ab" * 32, "size": 5, "path": str(tmp_path / "missing"), "action": None}),
+        json.dumps({"event": "terminate"}),
+        json.dumps({"event": "upload", "oid": oid, "size": 1, "path": str(obj)}),  # after terminate: ignored
+    ]
+    out, stderr, _ = _agent(tmp_path, lines, {"GIT_XET_ENDPOINT": str(store)})
+    assert out[0] == {}
+    bad_oid, bad_size, ok_progress_first = out[1], out[2], out[3]
+    assert bad_oid == {"event": "complete", "oid": "../../etc", "error": {"code": 32, "message": "git-xet: oid must be 64 lowercase hex digits"}}
+    assert bad_size == {"event": "complete", "oid": oid, "error": {"code": 32, "message": "git-xet: size must be a non-negative integer"}}
+    assert ok_progress_first == {"event": "progress", "oid": oid, "bytesSoFar": 1, "bytesSinceLast": 1}
+    progress = [m for m in out if m.get("event") == "progress" and m["oid"] == oid]
+    assert [p["bytesSoFar"] for p in progress] == sorted(p["bytesSoFar"] for p in progress)
+    assert sum(p["bytesSinceLast"] for p in progress) == len(data)
+    assert {"event": "complete", "oid": oid} in out
+    missing = [m for m in out if m.get("oid") == "ab" * 32][-1]
+    assert missing["error"]["code"] == 2 and "missing" in missing["error"]["message"]
+    assert len([m for m in out if m.get("event") == "complete"]) == 4  # nothing after terminate
+    assert "not JSON" in stderr
+
+
+def test_stdout_stays_clean_when_a_library_prints(tmp_path: Path) -> None:
+    """Anything written to stdout by Python or C code inside the agent lands on stderr."""
+    script = (
+        "import os, sys\n"
+        "from git_xet.agent.stdio import ProtocolOut\n"
+        "out = ProtocolOut()\n"
+        "print('stray print')\n"
+        "os.write(1, b'stray fd write\\n')\n"
+        "out.send('{}')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "{}\n"
+    assert "stray print" in proc.stderr and "stray fd write" in proc.stderr
+
+
+def test_init_is_answered_quickly_and_eof_exits(tmp_path: Path) -> None:
+    out, _, elapsed = _agent(tmp_path, [INIT])
+    assert out == [{}]
+    assert elapsed < 10  # generous: a timing bound here only guards against pathological start-up
