@@ -71,28 +71,29 @@ def _scope(args: argparse.Namespace):
     return Scope("--system" if args.system else "--local" if args.local else "--global")
 
 
-def _cmd_install(args: argparse.Namespace) -> int:
-    from .commands.install import GitError, install
+def _report_git_config(name: str, action) -> int:
+    """Run a git-configuring action, print what it did, or why it failed."""
+    from .commands.install import GitError
 
     try:
-        for line in install(_scope(args), args.standalone, args.remote, args.concurrency, args.native):
+        for line in action():
             print(f"git-xet: {line}")
     except GitError as exc:
-        print(f"git-xet install: {exc}", file=sys.stderr)
+        print(f"git-xet {name}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    from .commands.install import install
+
+    return _report_git_config("install", lambda: install(_scope(args), args.standalone, args.remote, args.concurrency, args.native))
 
 
 def _cmd_uninstall(args: argparse.Namespace) -> int:
-    from .commands.install import GitError, uninstall
+    from .commands.install import uninstall
 
-    try:
-        for line in uninstall(_scope(args)):
-            print(f"git-xet: {line}")
-    except GitError as exc:
-        print(f"git-xet uninstall: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return _report_git_config("uninstall", lambda: uninstall(_scope(args)))
 
 
 def _add_scope_flags(parser: argparse.ArgumentParser) -> None:

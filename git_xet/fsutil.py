@@ -1,22 +1,28 @@
-"""Durable file writes shared by the server store and the client caches."""
+"""Durable file writes shared by the server store, the client caches and downloads."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
-def atomic_write(path: Path, *parts: bytes | memoryview, mode: int = 0o644) -> None:
-    """Write the concatenation of `parts` to `path` so readers see either nothing or all of it,
-    even after a crash (temp file in the same directory, fsync, rename, fsync the directory).
-    Several parts avoid building one big buffer (e.g. a xorb body and its footer)."""
+@contextmanager
+def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A file to write that appears at `path` whole, or not at all, even after a crash.
+
+    Writes go to a temp file in the same directory; on success it is fsynced, given `mode`,
+    renamed over `path` and the directory fsynced. On any error the temp file is removed.
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                out.write(part)
+            yield out
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)
@@ -32,3 +38,11 @@ def atomic_write(path: Path, *parts: bytes | memoryview, mode: int = 0o644) -> N
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def atomic_write(path: Path, *parts: bytes | memoryview, mode: int = 0o644) -> None:
+    """Write the concatenation of `parts` atomically (see atomic_output). Several parts avoid
+    building one big buffer (e.g. a xorb body and its footer)."""
+    with atomic_output(path, mode=mode) as out:
+        for part in parts:
+            out.write(part)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +25,7 @@ from ..core.errors import FormatError
 from ..core.hashes import chunk_hash, file_hash, hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.xorb import decode_chunk, parse_chunk_records
+from ..fsutil import atomic_output
 
 log = logging.getLogger("git_xet.download")
 
@@ -187,21 +186,6 @@ def download(
 
 
 def download_to_path(backend: XetBackend, file_hex: str, dest: Path, *, mode: int = 0o644, **kwargs) -> DownloadResult:
-    """Download into a temp file beside `dest`, verify, then rename: `dest` is all or nothing."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            result = download(backend, file_hex, out, **kwargs)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, dest)
-        return result
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Download and verify into a temp file beside `dest`, then rename: all or nothing."""
+    with atomic_output(Path(dest), mode=mode) as out:
+        return download(backend, file_hex, out, **kwargs)
