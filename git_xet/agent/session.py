@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
+
 from ..client.backend import XetBackend
 from ..client.errors import NotFoundError, TransferError
 from ..client.http_backend import HttpCasBackend, make_http_client
@@ -96,16 +98,32 @@ class AgentSession:
 
         return backend, lookup
 
+    def _lfs_batch(self, endpoint: str, operation: str, transfers: list[str], oid: str, size: int, headers: dict[str, str]) -> tuple[str | None, dict]:
+        """One-object LFS batch call: (the transfer the server chose, the object's entry, which
+        may carry a per-object `error` for the caller to judge)."""
+        try:
+            resp = self._http_client().post(
+                f"{endpoint}/objects/batch",
+                json={"operation": operation, "transfers": transfers, "objects": [{"oid": oid, "size": size}], "hash_algo": "sha256"},
+                headers={"Accept": "application/vnd.git-lfs+json", "Content-Type": "application/vnd.git-lfs+json", **headers},
+            )
+        except httpx.TransportError as exc:
+            raise TransferError(f"cannot reach the LFS server {endpoint}: {exc}", retryable=True) from None
+        if resp.status_code in (401, 403):
+            raise TransferError(f"the LFS server refused your credentials (HTTP {resp.status_code}); set HF_TOKEN or store them with `git credential approve`")
+        if resp.status_code != 200:
+            raise TransferError(f"LFS batch request to {endpoint} failed: HTTP {resp.status_code}", retryable=resp.status_code >= 500)
+        try:
+            body = resp.json()
+            obj = body["objects"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise TransferError(f"the LFS server {endpoint} answered the batch request with something unexpected", retryable=True) from None
+        return body.get("transfer"), obj
+
     def _batch_lookup(self, server: str, token: str | None, oid: str) -> str | None:
         """Our server's LFS batch API maps an oid to its XET file hash."""
-        resp = self._http_client().post(
-            f"{server}/git-xet.git/info/lfs/objects/batch",
-            json={"operation": "download", "transfers": ["xet"], "objects": [{"oid": oid, "size": 0}]},
-            headers={"Authorization": f"Bearer {token}"} if token else {},
-        )
-        if resp.status_code != 200:
-            raise TransferError(f"looking up {oid[:12]} on {server} failed: HTTP {resp.status_code}", retryable=resp.status_code >= 500)
-        obj = resp.json()["objects"][0]
+        _, obj = self._lfs_batch(f"{server}/git-xet.git/info/lfs", "download", ["xet"], oid, 0, {"Authorization": f"Bearer {token}"} if token else {})
+        # No download action (e.g. a per-object 404) means the store does not have it.
         return ((obj.get("actions") or {}).get("download") or {}).get("header", {}).get("X-Xet-Hash")
 
     def _negotiated(self, action: dict) -> XetBackend:
@@ -139,17 +157,7 @@ class AgentSession:
         # Downloads: the Hub answers `basic` with a cas-bridge href whatever is offered; asking
         # for exactly that keeps one path for the Hub and for servers that would offer more.
         transfers = ["xet"] if req.operation == "upload" else ["basic"]
-        resp = self._http_client().post(
-            f"{endpoint}/objects/batch",
-            json={"operation": req.operation, "transfers": transfers, "objects": [{"oid": req.oid, "size": req.size}], "hash_algo": "sha256"},
-            headers={"Accept": "application/vnd.git-lfs+json", "Content-Type": "application/vnd.git-lfs+json", **creds},
-        )
-        if resp.status_code in (401, 403):
-            raise TransferError(f"the LFS server refused your credentials (HTTP {resp.status_code}); set HF_TOKEN or store them with `git credential approve`")
-        if resp.status_code != 200:
-            raise TransferError(f"LFS batch request to {endpoint} failed: HTTP {resp.status_code}", retryable=resp.status_code >= 500)
-        body = resp.json()
-        obj = (body.get("objects") or [{}])[0]
+        chosen, obj = self._lfs_batch(endpoint, req.operation, transfers, req.oid, req.size, creds)
         if obj.get("error"):
             raise TransferError(f"the LFS server says: {obj['error'].get('message')}")
         action = (obj.get("actions") or {}).get(req.operation)
@@ -159,7 +167,7 @@ class AgentSession:
             return self._negotiated(action), lambda oid: None
         if action is None:
             raise NotFoundError(f"the LFS server has no download for {req.oid[:12]}")
-        if body.get("transfer") == "xet":
+        if chosen == "xet":
             return self._backend_for(Transfer(req.operation, req.oid, req.size, None, action))
         file_hex = urlsplit(action["href"]).path.rstrip("/").rsplit("/", 1)[-1]
         if not is_hash_hex(file_hex):

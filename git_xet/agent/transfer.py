@@ -67,10 +67,9 @@ def run(stdin=None) -> int:
         if isinstance(req, protocol.Terminate):
             break
         if session is None:
-            from .session import AgentSession
+            from .session import AgentSession, Progress
 
             session = AgentSession(remote)
-        from .session import Progress
 
         progress = Progress(lambda so_far, since, oid=req.oid: out.send(protocol.progress(oid, so_far, since)), req.size)
         try:

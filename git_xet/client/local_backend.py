@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.hashes import hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard
 from ..storage.cas_store import CasStore, StoreError
@@ -50,13 +49,10 @@ class LocalStoreBackend:
         start, end = byte_range
         if start >= stored.size and stored.size:
             raise RangeNotSatisfiableError(f"byte {start} is past the end of file {file_hex} ({stored.size} bytes)", status=416)
-        layouts = {}
-        for term in stored.terms:
-            name = hash_to_hex(term.xorb_hash)
-            layout = layouts.get(name) or self.store.xorb_layout(name)
-            if layout is None:
-                raise TransferError(f"the local store {self.root} is missing xorb {name}")
-            layouts[name] = layout
+        try:
+            layouts = self.store.layouts_for(stored)
+        except StoreError as exc:
+            raise TransferError(f"the local store {self.root} is damaged: {exc.message}") from None
         return plan_reconstruction(stored.terms, layouts, (start, min(end, stored.size - 1)))
 
     def fetch(self, fetch: FetchRange) -> bytes:

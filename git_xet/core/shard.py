@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from .constants import HASH_SIZE, ZERO_HASH
 from .errors import FormatError, TruncatedError
-from .hashes import hash_sort_key, hex_to_hash, hmac_chunk_hash, truncated_hash
+from .hashes import hash_sort_key, hash_to_hex, hex_to_hash, hmac_chunk_hash, truncated_hash
 
 SHARD_HEADER_TAG = b"HFRepoMetaData\x00" + bytes(
     [0x55, 0x69, 0x67, 0x45, 0x6A, 0x7B, 0x81, 0x57, 0x83, 0xA5, 0xBD, 0xD9, 0x5C, 0xCD, 0xD1, 0x4A, 0xA9]
@@ -176,7 +176,7 @@ def sha256_to_stored(digest: bytes) -> bytes:
 
 def stored_to_sha256(stored: bytes) -> bytes:
     """Inverse of sha256_to_stored."""
-    return b"".join(stored[i : i + 8][::-1] for i in range(0, HASH_SIZE, 8))
+    return bytes.fromhex(hash_to_hex(stored))
 
 
 # ---------------------------------------------------------------- serialization

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -117,11 +117,7 @@ class CasApp:
             return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
         except ValueError as exc:
             raise RequestRefused(400, str(exc)) from None
-        layouts = {}
-        for term in stored.terms:
-            name = hashes.hash_to_hex(term.xorb_hash)
-            if name not in layouts:
-                layouts[name] = await run_in_threadpool(self.store.xorb_layout, name)
+        layouts = await run_in_threadpool(self.store.layouts_for, stored)
         base = (self.config.public_url or str(request.base_url)).rstrip("/")
         exp = int(time.time()) + self.config.url_ttl
 
@@ -209,7 +205,7 @@ class CasApp:
         key = self.signer.derive_key(f"dedup:{epoch}")
         keyed = found.with_keyed_chunk_hashes(key)
         footer = ShardFooter(chunk_hash_key=key, creation_timestamp=now, key_expiry=now + DEDUP_SHARD_LIFETIME)
-        blob = serialize_shard(type(keyed)(keyed.files, keyed.cas, footer), with_footer=True)
+        blob = serialize_shard(replace(keyed, footer=footer), with_footer=True)
         return Response(blob, media_type="application/octet-stream", headers={"Cache-Control": "private, max-age=3600", "Vary": "Authorization"})
 
     async def telemetry(self, request: Request) -> Response:

@@ -177,6 +177,18 @@ class CasStore:
         chunk_hashes = tuple(blob[i : i + 32] for i in range(0, len(blob), 32))
         return XorbLayout(xorb_hex.lower(), chunk_hashes, _unpack_u32s(ends), _unpack_u32s(sizes))
 
+    def layouts_for(self, stored: StoredFile) -> dict[str, XorbLayout]:
+        """The layout of every xorb a stored file uses; StoreError 500 if one is missing."""
+        layouts: dict[str, XorbLayout] = {}
+        for term in stored.terms:
+            name = hashes.hash_to_hex(term.xorb_hash)
+            if name not in layouts:
+                layout = self.xorb_layout(name)
+                if layout is None:
+                    raise StoreError(500, f"xorb {name} of file {stored.hash} is missing from the store")
+                layouts[name] = layout
+        return layouts
+
     def read_xorb_range(self, xorb_hex: str, start: int, end_inclusive: int) -> bytes:
         return self.objects.read_range(self.xorb_key(xorb_hex), start, end_inclusive)
 
