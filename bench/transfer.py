@@ -38,7 +38,9 @@ from git_xet.client.shard_cache import ShardCache
 from git_xet.pipelines.upload import Uploader
 from git_xet.pipelines.download import download_to_path
 tune_allocator()
-url, token, src, out, cache = sys.argv[1:6]
+import os
+url, src, out, cache = sys.argv[1:5]
+token = os.environ["GIT_XET_BENCH_TOKEN"]
 backend = HttpCasBackend(url, StaticToken(token))
 t = time.perf_counter()
 with Uploader(backend, ShardCache(Path(cache), backend.cache_key)) as up:
@@ -49,7 +51,13 @@ t = time.perf_counter()
 download_to_path(backend, r.file_hash, Path(out), size=r.size, sha256=r.sha256)
 print(json.dumps([up_s, time.perf_counter() - t]))
 """
-    proc = subprocess.run([sys.executable, "-c", code, url, token, str(src), str(out), str(cache)], capture_output=True, text=True, check=True)
+    # The token travels in the environment: a failed command line must not print it.
+    proc = subprocess.run(
+        [sys.executable, "-c", code, url, str(src), str(out), str(cache)],
+        capture_output=True, text=True, env=dict(os.environ, GIT_XET_BENCH_TOKEN=token),
+    )  # fmt: skip
+    if proc.returncode:
+        raise RuntimeError(f"git-xet round trip failed:\n{proc.stderr[-3000:]}")
     return tuple(json.loads(proc.stdout))
 
 

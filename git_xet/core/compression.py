@@ -82,13 +82,14 @@ def decompress(payload: bytes | memoryview, scheme: int, uncompressed_size: int)
     raise FormatError(f"unknown compression scheme {scheme}")
 
 
-def compress_chunk(data: bytes | memoryview, preferred: CompressionScheme) -> tuple[CompressionScheme, bytes]:
-    """Compress with `preferred`, or store raw when that does not make the chunk smaller."""
+def compress_chunk(data: bytes | memoryview, preferred: CompressionScheme) -> tuple[CompressionScheme, bytes | memoryview]:
+    """Compress with `preferred`, or store raw when that does not make the chunk smaller
+    (then `data` itself comes back, uncopied)."""
     if preferred is not CompressionScheme.NONE:
         packed = compress(data, preferred)
         if len(packed) < len(data):
             return preferred, packed
-    return CompressionScheme.NONE, bytes(data)
+    return CompressionScheme.NONE, data
 
 
 _POPCOUNT = bytes(bin(i).count("1") for i in range(256))

@@ -7,9 +7,10 @@ reads a bare run of records such as a byte range served for download.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .compression import CompressionScheme, compress_chunk, decompress, predict_scheme
 from .constants import HASH_SIZE, MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
@@ -214,7 +215,7 @@ class VerifiedXorb:
     """A xorb body whose chunks were decoded and hashed: what a server stores."""
 
     xorb_hash: bytes
-    body: bytes
+    body: bytes | memoryview  # a view when the builder wrote into a caller's buffer
     chunk_hashes: tuple[bytes, ...]
     chunk_sizes: tuple[int, ...]
     byte_ends: tuple[int, ...]
@@ -228,7 +229,7 @@ class VerifiedXorb:
         return XorbFooter(self.xorb_hash, self.chunk_hashes, self.byte_ends, tuple(unpacked_ends))
 
     def with_footer(self) -> bytes:
-        return self.body + self.footer().serialize()
+        return b"".join((self.body, self.footer().serialize()))
 
 
 def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) -> VerifiedXorb:
@@ -258,21 +259,32 @@ def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) ->
     return VerifiedXorb(digest, body, hashes, sizes, tuple(r.end for r in parsed.records))
 
 
-@dataclass
+# The largest footerless xorb body: every chunk raw (compression is kept only when it shrinks
+# a chunk) plus one header per chunk. A buffer this size always holds a full xorb.
+MAX_XORB_BODY_BYTES = MAX_XORB_BYTES + CHUNK_HEADER_SIZE * MAX_XORB_CHUNKS
+
+
 class XorbBuilder:
     """Accumulates chunks into one xorb within the 64 MiB / 8192-chunk limits.
 
     Compression is decided once per CHUNKS_PER_COMPRESSION_DECISION chunks by the BG4
-    predictor; a chunk that does not shrink is stored raw.
+    predictor; a chunk that does not shrink is stored raw. Records are written straight into
+    one buffer: give it a reusable `buffer` of MAX_XORB_BODY_BYTES (e.g. an anonymous mmap)
+    and `build()` returns a view into it, with no per-xorb allocation or copy; without one,
+    the builder grows its own and `build()` returns bytes.
     """
 
-    _parts: list[bytes] = field(default_factory=list)
-    _hashes: list[bytes] = field(default_factory=list)
-    _sizes: list[int] = field(default_factory=list)
-    _byte_ends: list[int] = field(default_factory=list)
-    _body_size: int = 0
-    _unpacked_size: int = 0
-    _scheme: CompressionScheme = CompressionScheme.LZ4
+    def __init__(self, buffer: bytearray | mmap.mmap | None = None) -> None:
+        if buffer is not None and len(buffer) < MAX_XORB_BODY_BYTES:
+            raise ValueError(f"a xorb buffer needs {MAX_XORB_BODY_BYTES} bytes, got {len(buffer)}")
+        self._owns_buffer = buffer is None
+        self._buffer: bytearray | mmap.mmap = bytearray() if buffer is None else buffer
+        self._hashes: list[bytes] = []
+        self._sizes: list[int] = []
+        self._byte_ends: list[int] = []
+        self._body_size = 0
+        self._unpacked_size = 0
+        self._scheme = CompressionScheme.LZ4
 
     @property
     def num_chunks(self) -> int:
@@ -289,7 +301,7 @@ class XorbBuilder:
     def can_add(self, size: int) -> bool:
         return self.num_chunks < MAX_XORB_CHUNKS and self._unpacked_size + size <= MAX_XORB_BYTES
 
-    def add(self, data: bytes, digest: bytes | None = None) -> int:
+    def add(self, data: bytes | memoryview, digest: bytes | None = None) -> int:
         """Append a chunk; returns its index in the xorb. Check can_add first."""
         if not data or len(data) > MAX_CHUNK_SIZE:
             raise ValueError(f"chunk size {len(data)} outside 1..{MAX_CHUNK_SIZE}")
@@ -299,22 +311,31 @@ class XorbBuilder:
         if index % CHUNKS_PER_COMPRESSION_DECISION == 0:
             self._scheme = predict_scheme(data)
         scheme, payload = compress_chunk(data, self._scheme)
-        record = pack_chunk_header(len(payload), scheme, len(data)) + payload
-        self._parts.append(record)
-        self._body_size += len(record)
-        self._byte_ends.append(self._body_size)
+        start = self._body_size
+        end = start + CHUNK_HEADER_SIZE + len(payload)
+        self._buffer[start : start + CHUNK_HEADER_SIZE] = pack_chunk_header(len(payload), scheme, len(data))
+        self._buffer[start + CHUNK_HEADER_SIZE : end] = payload
+        self._body_size = end
+        self._byte_ends.append(end)
         self._hashes.append(digest if digest is not None else chunk_hash(data))
         self._sizes.append(len(data))
         self._unpacked_size += len(data)
         return index
 
     def build(self) -> VerifiedXorb:
-        """The finished xorb (body without footer, plus everything needed for its footer)."""
+        """The finished xorb (body without footer, plus everything needed for its footer).
+
+        With a caller's buffer the body is a view into it: valid until the buffer is reused.
+        """
         if not self._hashes:
             raise ValueError("empty xorb")
+        if self._owns_buffer:
+            body: bytes | memoryview = bytes(self._buffer)
+        else:
+            body = memoryview(self._buffer)[: self._body_size]
         return VerifiedXorb(
             xorb_hash(self._hashes, self._sizes),
-            b"".join(self._parts),
+            body,
             tuple(self._hashes),
             tuple(self._sizes),
             tuple(self._byte_ends),

@@ -21,7 +21,7 @@ from ..core.constants import ZERO_HASH
 from ..core.hashes import chunk_hash, file_hash
 
 SCAN_BLOCK = 16 * 1024 * 1024
-_QUEUE_DEPTH = 8
+_QUEUE_DEPTH = 2  # blocks scanned ahead of the consumer: bounds the mapped pages resident
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,17 @@ class FileDigest:
     chunk_sizes: tuple[int, ...]
     sha256: bytes | None = None
 
+    @classmethod
+    def of_chunks(cls, hashes: list[bytes], sizes: list[int], sha256: bytes | None = None) -> FileDigest:
+        return cls(file_hash(hashes, sizes) if hashes else ZERO_HASH, sum(sizes), tuple(hashes), tuple(sizes), sha256)
+
 
 def iter_chunk_ends(view: memoryview, *, sha256: hashlib._Hash | None = None, block_size: int = SCAN_BLOCK) -> Iterator[int]:
     """Yield the chunk end offsets of `view`, scanning ahead in a background thread.
 
-    When `sha256` is given it is updated with the whole view, in the scanning thread.
+    When `sha256` is given it is updated with the whole view, in the scanning thread: each
+    block is read once for both, and the consumer (BLAKE3 per chunk, plus packing during an
+    upload) has about as much work, so the two threads stay balanced.
     """
     ends: queue.Queue[list[int] | BaseException | None] = queue.Queue(_QUEUE_DEPTH)
     stop = threading.Event()
@@ -89,7 +95,7 @@ class MappedFile:
     bounded RSS. Empty files map to an empty view.
     """
 
-    RELEASE_STEP = 64 * 1024 * 1024
+    RELEASE_STEP = 16 * 1024 * 1024
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._handle = open(Path(path), "rb")
@@ -111,7 +117,10 @@ class MappedFile:
     def close(self) -> None:
         self.view.release()
         if self._map is not None:
-            self._map.close()
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # views kept alive by an exception's traceback; unmapped when they go
         self._handle.close()
 
     def __enter__(self) -> MappedFile:
@@ -121,29 +130,30 @@ class MappedFile:
         self.close()
 
 
+def iter_chunk_hashes(view: memoryview, *, sha256: hashlib._Hash | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield (end offset, chunk hash) for each chunk of `view`, as soon as it is hashed."""
+    prev = 0
+    for end in iter_chunk_ends(view, sha256=sha256):
+        yield end, chunk_hash(view[prev:end])
+        prev = end
+
+
 def hash_bytes(
     data: bytes | memoryview, *, with_sha256: bool = False, consumed: Callable[[int], None] | None = None
 ) -> FileDigest:
     """Chunk and hash an in-memory buffer; `consumed(offset)` is told how far hashing got."""
     view = memoryview(data)
-    digest = hashlib.sha256() if with_sha256 else None
+    sha256 = hashlib.sha256() if with_sha256 else None
     hashes: list[bytes] = []
     sizes: list[int] = []
     prev = 0
-    if len(view):
-        for end in iter_chunk_ends(view, sha256=digest):
-            hashes.append(chunk_hash(view[prev:end]))
-            sizes.append(end - prev)
-            prev = end
-            if consumed is not None:
-                consumed(end)
-    return FileDigest(
-        file_hash(hashes, sizes) if hashes else ZERO_HASH,
-        len(view),
-        tuple(hashes),
-        tuple(sizes),
-        digest.digest() if digest is not None else None,
-    )
+    for end, digest in iter_chunk_hashes(view, sha256=sha256):
+        hashes.append(digest)
+        sizes.append(end - prev)
+        prev = end
+        if consumed is not None:
+            consumed(end)
+    return FileDigest.of_chunks(hashes, sizes, sha256.digest() if sha256 else None)
 
 
 def hash_file(path: str | os.PathLike[str], *, with_sha256: bool = False) -> FileDigest:

@@ -1,16 +1,20 @@
 """Upload files as XET: chunk, dedup (session, local shard cache, global), pack new chunks into
 xorbs, upload xorbs in parallel, then one shard describing the files.
 
-Each file is hashed first (a memory-mapped pass that also yields its sha256), then walked
-chunk by chunk: a run of chunks already stored somewhere becomes one term pointing there; new
-chunks go into the open xorb. `finalize()` makes everything added so far durable on the
-store (all xorbs, then the shard) and records it in the local shard cache.
+Each file streams through one memory-mapped pass (its sha256 computed beside it): chunks are
+hashed, then placed a little behind: a run of chunks already stored somewhere becomes one term
+pointing there; new chunks go into the open xorb, whose upload starts as soon as it is full. `finalize()`
+makes everything added so far durable on the store (all xorbs, then the shard) and records it
+in the local shard cache.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import mmap
 import os
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -21,12 +25,13 @@ from ..client.backend import XetBackend
 from ..client.shard_cache import ChunkIndex, ShardCache
 from ..core.hashes import hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
-from ..core.xorb import VerifiedXorb, XorbBuilder
-from .file_hashing import FileDigest, MappedFile, hash_bytes
+from ..core.xorb import MAX_XORB_BODY_BYTES, VerifiedXorb, XorbBuilder
+from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 
 log = logging.getLogger("git_xet.upload")
 
 GLOBAL_DEDUP_SPACING = 256  # chunks between two global dedup queries of one file
+PLACEMENT_LAG = 256  # chunks (~16 MiB) hashed ahead of the chunk being placed
 FRAGMENTATION_WINDOW = 128
 FRAGMENTATION_ENTER = 4.0  # average chunks per term below which short matches are refused
 FRAGMENTATION_LEAVE = 8.0
@@ -49,11 +54,39 @@ class UploadStats:
     global_queries: int = 0
 
 
+class _XorbBuffers:
+    """A few reusable xorb-sized buffers: the one being filled plus one per upload in flight.
+
+    Anonymous maps cost resident memory only for the pages written, and reusing them spares
+    the page faults of a fresh 64 MiB allocation per xorb. `take` blocks while every buffer is
+    still being uploaded, which is what bounds the bodies in flight.
+    """
+
+    def __init__(self, count: int) -> None:
+        self._free: queue.Queue[mmap.mmap] = queue.Queue()
+        self._unmade = count
+        self._lock = threading.Lock()
+
+    def try_take(self) -> mmap.mmap | None:
+        with self._lock:
+            if self._free.empty() and self._unmade:
+                self._unmade -= 1
+                return mmap.mmap(-1, MAX_XORB_BODY_BYTES)
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            return None
+
+    def give_back(self, buffer: mmap.mmap) -> None:
+        self._free.put(buffer)
+
+
 class _XorbSlot:
     """A xorb being filled; once closed only its chunk list is kept (the body goes to upload)."""
 
-    def __init__(self) -> None:
-        self.builder = XorbBuilder()
+    def __init__(self, buffer: mmap.mmap) -> None:
+        self.buffer = buffer
+        self.builder = XorbBuilder(buffer)
         self.cas: CasInfo | None = None
 
     @property
@@ -94,6 +127,20 @@ class _FragmentationGuard:
 
 
 @dataclass
+class _FileState:
+    """One file being streamed through add_bytes: chunks hashed so far, and how many placed."""
+
+    hashes: list[bytes] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=lambda: [0])  # chunk i spans offsets[i]:offsets[i + 1]
+    placed: int = 0
+    terms: list[_Term] = field(default_factory=list)
+    guard: _FragmentationGuard = field(default_factory=_FragmentationGuard)
+    new_bytes: int = 0
+    deduped_bytes: int = 0
+    last_global_query: int = -GLOBAL_DEDUP_SPACING
+
+
+@dataclass
 class _PendingFile:
     digest: FileDigest
     terms: list[_Term]
@@ -111,7 +158,8 @@ class Uploader:
     def __post_init__(self) -> None:
         self._index = self.cache.load() if self.cache else ChunkIndex()
         self._session: dict[bytes, tuple[_XorbSlot, int]] = {}
-        self._slot = _XorbSlot()
+        self._buffers = _XorbBuffers(self.max_parallel_xorbs + 1)
+        self._slot: _XorbSlot | None = None  # opened on the first new chunk
         self._closed: list[_XorbSlot] = []
         self._uploads: list[Future[None]] = []
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel_xorbs, thread_name_prefix="git-xet-xorb-upload")
@@ -125,6 +173,7 @@ class Uploader:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._buffers = _XorbBuffers(self.max_parallel_xorbs + 1)  # drop the 64 MiB maps
 
     def __enter__(self) -> Uploader:
         return self
@@ -136,44 +185,56 @@ class Uploader:
 
     def add_file(self, path: str | os.PathLike[str]) -> UploadedFile:
         with MappedFile(path) as mapped:
-            # Two passes over the mapping (hash, then pack); pages behind each pass are released.
             return self.add_bytes(mapped.view, consumed=mapped.release_before)
 
     def add_bytes(self, data: bytes | memoryview, consumed: Callable[[int], None] | None = None) -> UploadedFile:
+        """Chunk, hash, dedup and pack one file in a single streaming pass.
+
+        Chunks are placed (deduplicated or packed into the open xorb) PLACEMENT_LAG chunks
+        behind hashing, so a dedup run can be matched past the chunk being placed, a global
+        dedup answer arrives before the chunks it covers are placed, and xorb uploads start
+        while the rest of the file is still being read. `consumed(offset)` is told how far
+        every reader got, so a mapped file can drop the pages behind them.
+        """
         self._check_usable()
-        digest = hash_bytes(data, with_sha256=True, consumed=consumed)
-        if self.global_dedup:
-            self._query_global(digest)
-        guard = _FragmentationGuard()
-        terms: list[_Term] = []
-        hashes, sizes = list(digest.chunk_hashes), digest.chunk_sizes
-        offsets = [0]
-        for size in sizes:
-            offsets.append(offsets[-1] + size)
-        new_bytes = deduped = 0
-        i = 0
-        while i < len(hashes):
-            run = self._match(hashes, i)
-            if run is not None and guard.accepts(run[2]):
-                target, start, count = run
-                length = offsets[i + count] - offsets[i]
-                self._append(terms, _Term(target, start, start + count, length, i, i + count), guard)
-                deduped += length
-                i += count
-                if consumed is not None:
-                    consumed(offsets[i])
-                continue
-            chunk = bytes(data[offsets[i] : offsets[i + 1]])
-            slot, index = self._store_chunk(chunk, hashes[i])
-            self._append(terms, _Term(slot, index, index + 1, len(chunk), i, i + 1), guard)
-            new_bytes += len(chunk)
-            i += 1
-            if self.progress:
-                self.progress(len(chunk))
+        view = memoryview(data)
+        sha256 = hashlib.sha256()
+        state = _FileState()
+        for end, digest in iter_chunk_hashes(view, sha256=sha256):
+            state.hashes.append(digest)
+            state.offsets.append(end)
+            if self.global_dedup:
+                self._maybe_query_global(state)
+            while len(state.hashes) - state.placed > PLACEMENT_LAG:
+                self._place_next(state, view)
             if consumed is not None:
-                consumed(offsets[i])
-        self._pending.append(_PendingFile(digest, terms))
-        return UploadedFile(hash_to_hex(digest.file_hash), digest.size, digest.sha256.hex(), new_bytes, deduped)
+                consumed(state.offsets[state.placed])
+        while state.placed < len(state.hashes):
+            self._place_next(state, view)
+        sha_digest = sha256.digest()
+        sizes = [b - a for a, b in zip(state.offsets, state.offsets[1:])]
+        digest = FileDigest.of_chunks(state.hashes, sizes, sha_digest)
+        self._pending.append(_PendingFile(digest, state.terms))
+        return UploadedFile(hash_to_hex(digest.file_hash), digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
+
+    def _place_next(self, state: _FileState, view: memoryview) -> None:
+        """Place the next chunk(s): a run already stored becomes one term, else one new chunk."""
+        i, hashes, offsets = state.placed, state.hashes, state.offsets
+        run = self._match(hashes, i)
+        if run is not None and state.guard.accepts(run[2]):
+            target, start, count = run
+            length = offsets[i + count] - offsets[i]
+            self._append(state.terms, _Term(target, start, start + count, length, i, i + count), state.guard)
+            state.deduped_bytes += length
+            state.placed += count
+            return
+        chunk = view[offsets[i] : offsets[i + 1]]
+        slot, index = self._store_chunk(chunk, hashes[i])
+        self._append(state.terms, _Term(slot, index, index + 1, len(chunk), i, i + 1), state.guard)
+        state.new_bytes += len(chunk)
+        state.placed += 1
+        if self.progress:
+            self.progress(len(chunk))
 
     def _append(self, terms: list[_Term], term: _Term, guard: _FragmentationGuard) -> None:
         last = terms[-1] if terms else None
@@ -195,54 +256,69 @@ class Uploader:
             return slot, index, n
         return self._index.match_run(hashes, i)
 
-    def _query_global(self, digest: FileDigest) -> None:
-        last_query = -GLOBAL_DEDUP_SPACING
-        for i, chunk in enumerate(digest.chunk_hashes):
-            if i - last_query < GLOBAL_DEDUP_SPACING or not (i == 0 or is_global_dedup_eligible(chunk)):
-                continue
-            if chunk in self._session or self._index.locate(chunk) is not None:
-                continue
-            last_query = i
-            self.stats.global_queries += 1
-            answer = self.backend.query_dedup(chunk)
-            if answer is not None and answer.cas:
-                self._index.add(answer)
-                if self.cache:
-                    self.cache.add(answer)
+    def _maybe_query_global(self, state: _FileState) -> None:
+        """Ask the server about the newest chunk when it is a spaced, eligible, unknown one."""
+        i = len(state.hashes) - 1
+        chunk = state.hashes[i]
+        if i - state.last_global_query < GLOBAL_DEDUP_SPACING or not (i == 0 or is_global_dedup_eligible(chunk)):
+            return
+        if chunk in self._session or self._index.locate(chunk) is not None:
+            return
+        state.last_global_query = i
+        self.stats.global_queries += 1
+        answer = self.backend.query_dedup(chunk)
+        if answer is not None and answer.cas:
+            self._index.add(answer)
+            if self.cache:
+                self.cache.add(answer)
 
     # ------------------------------------------------------------------ xorbs
 
-    def _store_chunk(self, chunk: bytes, digest: bytes) -> tuple[_XorbSlot, int]:
-        if not self._slot.builder.can_add(len(chunk)):
+    def _store_chunk(self, chunk: memoryview, digest: bytes) -> tuple[_XorbSlot, int]:
+        if self._slot is not None and not self._slot.builder.can_add(len(chunk)):
             self._close_slot()
+        if self._slot is None:
+            self._slot = self._open_slot()
         index = self._slot.builder.add(chunk, digest)
         self._session[digest] = (self._slot, index)
         return self._slot, index
 
+    def _open_slot(self) -> _XorbSlot:
+        # Waits for a free buffer: at most max_parallel_xorbs bodies in flight (each <= 64 MiB).
+        # Uploads give their buffer back before their future completes.
+        while (buffer := self._buffers.try_take()) is None:
+            busy = [f for f in self._uploads if not f.done()]
+            if not busy:
+                raise RuntimeError("no xorb buffer free although no upload is running")
+            busy[0].result()  # an upload failure surfaces here, not in a silent wait
+        return _XorbSlot(buffer)
+
     def _close_slot(self) -> None:
-        slot = self._slot
-        self._slot = _XorbSlot()
-        if slot.builder.num_chunks == 0:
+        slot, self._slot = self._slot, None
+        if slot is None:
             return
         built = slot.builder.build()
-        slot.builder = XorbBuilder()  # release the chunk data held by the builder
+        del slot.builder  # its chunk lists; the body stays in the buffer until uploaded
         slot.cas = _cas_info(built)
         self._closed.append(slot)
-        # Bound memory: at most max_parallel_xorbs bodies in flight (each up to 64 MiB).
-        while sum(not f.done() for f in self._uploads) >= self.max_parallel_xorbs:
-            next(f for f in self._uploads if not f.done()).result()
-        self._uploads.append(self._pool.submit(self._upload_xorb, built))
+        self._uploads.append(self._pool.submit(self._upload_xorb, built, slot.cas, slot.buffer))
 
-    def _upload_xorb(self, built: VerifiedXorb) -> None:
-        inserted = self.backend.upload_xorb(hash_to_hex(built.xorb_hash), built.body)
+    def _upload_xorb(self, built: VerifiedXorb, cas: CasInfo, buffer: mmap.mmap) -> None:
+        try:
+            inserted = self.backend.upload_xorb(hash_to_hex(built.xorb_hash), built.body)
+        finally:
+            body_size = len(built.body)
+            if isinstance(built.body, memoryview):
+                built.body.release()  # any later use of this body now fails loudly
+            self._buffers.give_back(buffer)
         with self._lock:
             self.stats.xorbs_uploaded += 1
             if inserted:
-                self.stats.xorb_bytes_sent += len(built.body)
+                self.stats.xorb_bytes_sent += body_size
         if self.cache:
             # Resume point: later sessions (and other processes) dedup against this xorb even
             # if this process dies before its shard is uploaded.
-            self.cache.add(Shard(cas=(_cas_info(built),)))
+            self.cache.add(Shard(cas=(cas,)))
 
     # ------------------------------------------------------------------ finalize
 
