@@ -48,7 +48,7 @@ def _lz4_compress(data: bytes | memoryview) -> bytes:
 def _lz4_decompress(payload: bytes | memoryview, size: int) -> bytes:
     decoder = lz4.frame.LZ4FrameDecompressor()
     try:
-        out = decoder.decompress(bytes(payload), max_length=size)
+        out = decoder.decompress(payload, max_length=size)
     except RuntimeError as exc:  # python-lz4 reports malformed frames as RuntimeError
         raise FormatError(f"corrupt LZ4 frame: {exc}") from None
     if len(out) != size or not decoder.eof:
@@ -67,14 +67,18 @@ def compress(data: bytes | memoryview, scheme: CompressionScheme) -> bytes:
     raise FormatError(f"unknown compression scheme {scheme!r}")
 
 
-def decompress(payload: bytes | memoryview, scheme: int, uncompressed_size: int) -> bytes:
-    """Decode one chunk payload; never produces more than `uncompressed_size` bytes."""
+def decompress(payload: bytes | memoryview, scheme: int, uncompressed_size: int) -> bytes | memoryview:
+    """Decode one chunk payload; never produces more than `uncompressed_size` bytes.
+
+    A raw (NONE) payload comes back as it was passed, uncopied: hashing and writing it need no
+    copy, and most chunks of incompressible data are raw.
+    """
     if not 0 < uncompressed_size <= MAX_CHUNK_SIZE:
         raise FormatError(f"chunk size {uncompressed_size} outside 1..{MAX_CHUNK_SIZE}")
     if scheme == CompressionScheme.NONE:
         if len(payload) != uncompressed_size:
             raise FormatError("uncompressed chunk payload length differs from its declared size")
-        return bytes(payload)
+        return payload
     if scheme == CompressionScheme.LZ4:
         return _lz4_decompress(payload, uncompressed_size)
     if scheme == CompressionScheme.BG4_LZ4:

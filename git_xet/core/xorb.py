@@ -91,8 +91,8 @@ def parse_chunk_records(data: bytes | memoryview, max_chunks: int = MAX_XORB_CHU
     return records, pos
 
 
-def decode_chunk(data: bytes | memoryview, record: ChunkRecord) -> bytes:
-    """Uncompressed bytes of one chunk record."""
+def decode_chunk(data: bytes | memoryview, record: ChunkRecord) -> bytes | memoryview:
+    """Uncompressed bytes of one chunk record (a view into `data` for a raw chunk)."""
     payload = memoryview(data)[record.payload_start : record.end]
     return decompress(payload, record.scheme, record.uncompressed_size)
 
@@ -206,7 +206,7 @@ def parse_xorb(data: bytes | memoryview) -> ParsedXorb:
     return ParsedXorb(records, end, footer, len(body) - end)
 
 
-def decode_all_chunks(data: bytes | memoryview, records: Sequence[ChunkRecord]) -> list[bytes]:
+def decode_all_chunks(data: bytes | memoryview, records: Sequence[ChunkRecord]) -> list[bytes | memoryview]:
     return [decode_chunk(data, r) for r in records]
 
 

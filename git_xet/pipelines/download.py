@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -38,6 +39,33 @@ class IntegrityError(TransferError):
     """Downloaded data does not match what the file's hashes promise."""
 
 
+class _Sha256Beside:
+    """sha256 of what the writer writes, computed in its own thread (hashlib drops the GIL)
+    so hashing does not add to the writer's time. A short queue bounds the views held."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._queue: queue.Queue[memoryview | None] = queue.Queue(maxsize=256)
+        self._thread = threading.Thread(target=self._run, name="git-xet-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (view := self._queue.get()) is not None:
+            self._digest.update(view)
+
+    def update(self, view: memoryview) -> None:
+        self._queue.put(view)
+
+    def hexdigest(self) -> str:
+        self.stop()
+        return self._digest.hexdigest()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+
 @dataclass(frozen=True)
 class DownloadResult:
     bytes_written: int
@@ -63,7 +91,9 @@ class _Fetcher:
                 return fetch
         raise TransferError(f"the server no longer offers chunks [{stale.chunk_start}, {stale.chunk_end}) of xorb {stale.xorb}", retryable=True)
 
-    def __call__(self, fetch: FetchRange) -> list[bytes]:
+    def __call__(self, fetch: FetchRange) -> list[tuple[bytes | memoryview, bytes]]:
+        """The range's chunks, decoded, each with its hash (computed here, in a worker thread,
+        so BLAKE3 runs beside the writer instead of in front of it)."""
         for refresh in range(_MAX_URL_REFRESHES + 1):
             try:
                 raw = self.backend.fetch(fetch)
@@ -79,9 +109,10 @@ class _Fetcher:
             records, end = parse_chunk_records(raw)
             if end != len(raw) or len(records) != fetch.chunk_end - fetch.chunk_start:
                 raise FormatError(f"expected {fetch.chunk_end - fetch.chunk_start} whole chunks")
-            return [decode_chunk(raw, r) for r in records]
+            chunks = [decode_chunk(raw, r) for r in records]
         except FormatError as exc:
             raise IntegrityError(f"xorb {fetch.xorb[:12]} range is corrupt: {exc}", retryable=True) from None
+        return [(chunk, chunk_hash(chunk)) for chunk in chunks]
 
 
 def download(
@@ -98,7 +129,7 @@ def download(
 ) -> DownloadResult:
     """Write the file (or the inclusive byte range) to `out`; raises on any mismatch."""
     whole = byte_range is None
-    digest = hashlib.sha256() if sha256 and whole else None
+    digest = _Sha256Beside() if sha256 and whole else None
     if whole and file_hex == hash_to_hex(ZERO_HASH):
         plan = Reconstruction(0, ())
     else:
@@ -121,7 +152,7 @@ def download(
 
     fetcher = _Fetcher(backend, file_hex, byte_range)
     pending: deque[FetchRange] = deque(order)
-    futures: dict[FetchRange, Future[list[bytes]]] = {}
+    futures: dict[FetchRange, Future[list[tuple[bytes | memoryview, bytes]]]] = {}
     inflight = 0
     hashes_seen: list[bytes] = []
     sizes_seen: list[int] = []
@@ -145,11 +176,11 @@ def download(
                 top_up()
                 chunks = futures[fetch].result()
                 part = chunks[term.chunk_start - fetch.chunk_start : term.chunk_end - fetch.chunk_start]
-                if sum(len(c) for c in part) != term.length:
+                if sum(len(c) for c, _ in part) != term.length:
                     raise IntegrityError(f"a term of xorb {term.xorb[:12]} decodes to the wrong length", retryable=True)
-                for chunk in part:
+                for chunk, hashed in part:
                     if whole:
-                        hashes_seen.append(chunk_hash(chunk))
+                        hashes_seen.append(hashed)
                         sizes_seen.append(len(chunk))
                     view = memoryview(chunk)[skip:]
                     skip = max(0, skip - len(chunk))
@@ -169,6 +200,8 @@ def download(
         finally:
             for future in futures.values():
                 future.cancel()
+            if digest is not None:
+                digest.stop()
 
     verified = False
     if whole:

@@ -283,7 +283,7 @@ class CasStore:
         terms = tuple(FileTerm(x, u, s, e, f) for x, f, u, s, e in _TERM.iter_unpack(blob))
         return StoredFile(file_hex.lower(), size, sha256, terms)
 
-    def iter_file_bytes(self, stored: StoredFile) -> Iterator[bytes]:
+    def iter_file_bytes(self, stored: StoredFile) -> Iterator[bytes | memoryview]:
         """The file's bytes, term by term, each chunk checked against its stored hash."""
         for term in stored.terms:
             xorb_hex = hashes.hash_to_hex(term.xorb_hash)
