@@ -73,7 +73,9 @@ def _theirs(url: str, token: str, src: Path, out: Path, work: Path) -> tuple[flo
 def _startup() -> tuple[float, float]:
     init = json.dumps({"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8}) + "\n"
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "git_xet", "transfer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    # The installed `git-xet` script, as `git xet install` registers it for git-lfs.
+    agent = Path(sys.executable).with_name("git-xet")
+    proc = subprocess.Popen([str(agent), "transfer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     proc.stdin.write(init)
     proc.stdin.flush()
     proc.stdout.readline()

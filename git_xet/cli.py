@@ -6,11 +6,12 @@ must stay cheap for all of them.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's: the agent path below must not even import typing
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
 
 def _cmd_version(_args: argparse.Namespace) -> int:
@@ -37,6 +38,8 @@ def _cmd_hash(args: argparse.Namespace) -> int:
         if digest.sha256 is not None:
             record["sha256"] = digest.sha256.hex()
         if args.json:
+            import json
+
             print(json.dumps(record))
         else:
             extra = f"  sha256={record['sha256']}" if "sha256" in record else ""
@@ -55,6 +58,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 1
     est = estimate_upload(old, new)
     if args.json:
+        import json
+
         print(json.dumps({"new_size": est.new_size, "new_chunks": est.new_chunks, "unique_chunks": est.unique_chunks, "unique_bytes": est.unique_bytes}))
     else:
         print(
@@ -157,6 +162,8 @@ def _cmd_token(args: argparse.Namespace) -> int:
 
     token, exp = Signer(load_or_create_secret(args.data)).mint(args.scope, args.ttl, args.repo)
     if args.json:
+        import json
+
         print(json.dumps({"accessToken": token, "exp": exp}))
     else:
         print(token)
@@ -164,6 +171,9 @@ def _cmd_token(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+    from pathlib import Path
+
     parser = argparse.ArgumentParser(prog="git-xet", description="XET storage for Git LFS.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -237,7 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["transfer"]:
         # The hot path: git-lfs starts many agents; skip argparse and answer `init` first.
-        return _cmd_transfer(argparse.Namespace())
+        from .agent.transfer import run
+
+        return run()
     from .memory import tune_allocator
 
     tune_allocator()

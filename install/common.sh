@@ -46,7 +46,9 @@ if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade p
          "$VENV/bin/python" -m pip install --disable-pip-version-check --force-reinstall --no-deps "$spec" &&
          "$VENV/bin/python" -m pip install --disable-pip-version-check "$spec"
        else
-         "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$spec"
+         # compat mode: a plain path entry; the default import-hook finder costs every agent
+         # start ~20 ms, and git-lfs starts eight of them one after another.
+         "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$spec" --config-settings editable_mode=compat
        fi; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
   echo "git-xet: installing into $VENV failed; full log: $log" >&2

@@ -85,3 +85,45 @@ def test_init_is_answered_quickly_and_eof_exits(tmp_path: Path) -> None:
     out, _, elapsed = _agent(tmp_path, [INIT])
     assert out == [{}]
     assert elapsed < 10  # generous: a timing bound here only guards against pathological start-up
+
+
+# ---------------------------------------------------------------- the init fast path's parser
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from git_xet.agent import protocol  # noqa: E402
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20), st.floats(allow_nan=False))
+_flat_objects = st.dictionaries(st.text(max_size=12), _scalars, max_size=6)
+
+
+def _json_or_none(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(_flat_objects, st.sampled_from([None, 0, 1]), st.booleans())
+def test_flat_parser_agrees_with_json_on_real_messages(obj: dict, indent, ensure_ascii: bool) -> None:
+    text = json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii)
+    parsed = protocol.parse_flat_object(text)
+    # It may decline (escapes, floats, newlines from indent...) but never disagrees.
+    assert parsed is None or parsed == json.loads(text)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(alphabet=st.sampled_from('{}[]":, \t\n\\-0123456789abtrufenl.eE\x01é'), max_size=40))
+def test_flat_parser_never_accepts_what_json_rejects(text: str) -> None:
+    parsed = protocol.parse_flat_object(text)
+    if parsed is not None:
+        assert parsed == _json_or_none(text), text
+
+
+def test_git_lfs_init_line_takes_the_fast_path() -> None:
+    line = '{"event":"init","operation":"download","remote":"origin","concurrent":true,"concurrenttransfers":8}'
+    assert protocol.parse_flat_object(line) == json.loads(line)
+    init = protocol.parse_request(line)
+    assert isinstance(init, protocol.Init) and (init.operation, init.remote, init.concurrent_transfers) == ("download", "origin", 8)

@@ -22,39 +22,12 @@ from ..core.hashes import is_hash_hex
 from ..pipelines.download import download_to_path
 from ..pipelines.upload import Uploader
 from .endpoints import ConfigError, credential_headers, git_common_dir, git_config, hub_repo, lfs_endpoint, standalone_target
+from .progress import Progress
 from .protocol import Transfer
 
 log = logging.getLogger("git_xet.agent")
 
 ATTEMPTS = 3  # git-lfs never retries an agent error, so we do
-PROGRESS_INTERVAL = 0.2
-
-
-class Progress:
-    """Monotonic, throttled progress for one object; the first byte is reported at once
-    (git-lfs holds its other workers until worker 0 reports progress)."""
-
-    def __init__(self, send: Callable[[int, int], None], total: int) -> None:
-        self._send = send
-        self.total = total
-        self.reported = 0
-        self.done = 0
-        self._last = 0.0
-        self._report(min(1, total))
-
-    def _report(self, so_far: int) -> None:
-        if so_far > self.reported:
-            self._send(so_far, so_far - self.reported)
-            self.reported = so_far
-            self._last = time.monotonic()
-
-    def add(self, n: int) -> None:
-        self.done = min(self.total, self.done + n)
-        if time.monotonic() - self._last >= PROGRESS_INTERVAL:
-            self._report(self.done)
-
-    def finish(self) -> None:
-        self._report(self.total)
 
 
 class AgentSession:

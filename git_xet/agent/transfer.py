@@ -6,21 +6,25 @@ Nothing heavy is imported until the first object arrives: git-lfs starts
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
 from . import protocol
+from .progress import Progress
 from .stdio import ProtocolOut
 
-log = logging.getLogger("git_xet.agent")
+TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms per agent start
+if TYPE_CHECKING:
+    import logging
 
 
-def _setup_logging() -> None:
+def _setup_logging() -> logging.Logger:
     """$GIT_XET_LOG=<file> logs there; GIT_TRANSFER_TRACE/GIT_TRACE log to stderr (which git-lfs
     shows with GIT_TRACE=1). Otherwise only warnings, to stderr."""
     target = os.environ.get("GIT_XET_LOG")
     trace = os.environ.get("GIT_TRANSFER_TRACE") or os.environ.get("GIT_TRACE")
+    import logging
+
     handler: logging.Handler
     if target:
         handler = logging.FileHandler(target, encoding="utf-8")
@@ -30,6 +34,7 @@ def _setup_logging() -> None:
     root = logging.getLogger("git_xet")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if (target or trace) else logging.WARNING)
+    return logging.getLogger("git_xet.agent")
 
 
 def _describe(exc: BaseException) -> str:
@@ -45,10 +50,10 @@ def _describe(exc: BaseException) -> str:
 
 def run(stdin=None) -> int:
     out = ProtocolOut()
-    _setup_logging()
     stdin = stdin or sys.stdin
     session = None
     remote = None
+    log = None  # logging (~10 ms of imports) is set up after the `init` answer
     for raw in stdin:
         line = raw.strip()
         if not line:
@@ -56,6 +61,7 @@ def run(stdin=None) -> int:
         try:
             req = protocol.parse_request(line)
         except protocol.ProtocolError as exc:
+            log = log or _setup_logging()
             log.warning("bad request: %s", exc)
             if exc.oid:
                 out.send(protocol.complete_error(exc.oid, f"git-xet: {exc}", protocol.ERR_BAD_REQUEST))
@@ -66,12 +72,14 @@ def run(stdin=None) -> int:
             continue
         if isinstance(req, protocol.Terminate):
             break
+        log = log or _setup_logging()
+        # Report the first byte before importing the pipelines: git-lfs holds its other workers
+        # until worker 0 shows progress.
+        progress = Progress(lambda so_far, since, oid=req.oid: out.send(protocol.progress(oid, so_far, since)), req.size)
         if session is None:
-            from .session import AgentSession, Progress
+            from .session import AgentSession
 
             session = AgentSession(remote)
-
-        progress = Progress(lambda so_far, since, oid=req.oid: out.send(protocol.progress(oid, so_far, since)), req.size)
         try:
             path = session.transfer(req, progress)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error answer

@@ -244,23 +244,33 @@ class _AccessLog:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = {"code": 0}
+        seen = {"status": 0, "bytes_in": 0, "bytes_out": 0}
+
+        async def receive_wrapper():
+            message = await receive()
+            if message["type"] == "http.request":
+                seen["bytes_in"] += len(message.get("body", b""))
+            return message
 
         async def send_wrapper(message) -> None:
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                seen["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                seen["bytes_out"] += len(message.get("body", b""))
             await send(message)
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
         finally:
             log.info(
                 json.dumps(
                     {
                         "method": scope["method"],
                         "path": scope["path"],
-                        "status": status["code"],
+                        "status": seen["status"],
                         "ms": round(1000 * (time.perf_counter() - start), 1),
+                        "bytes_in": seen["bytes_in"],  # request and response body sizes
+                        "bytes_out": seen["bytes_out"],
                         "client": (scope.get("client") or ["?"])[0],
                     }
                 )

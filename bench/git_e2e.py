@@ -1,0 +1,153 @@
+"""Git end to end: `git push`, `git clone` and a v2 push through our agent and `git xet serve`
+vs stock git-lfs `basic` transfers to a plain LFS server, same files, same run.
+
+    python bench/git_e2e.py [--files 3] [--file-mib 256] [--repeats 3] [--tools git-xet,git-lfs] [--json OUT]
+
+Each repeat starts fresh servers, a fresh HOME and fresh caches. Per tool: push v1 of
+`--files` random files, clone it (smudge downloads everything), then push v2 with one file
+edited (1% in ten places plus a 1 KiB insertion). Reports median wall time, bytes the server
+received (request bodies) and, for git-xet, the agent's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import MIB, RequestLog, edit_file, machine, median, timed, write_random_file  # noqa: E402
+
+from tests.gitenv import make_git_env  # noqa: E402
+from tests.server_process import running_server  # noqa: E402
+
+TOOLS = ("git-xet", "git-lfs")
+
+
+@contextmanager
+def plain_lfs_server(data: Path) -> Iterator[tuple[str, RequestLog]]:
+    data.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "lfs_basic_server.py"), str(data)], stdout=subprocess.PIPE)
+    try:
+        url = proc.stdout.readline().decode().strip()
+        yield url, RequestLog(data / "requests.jsonl")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@contextmanager
+def tool_remote(tool: str, root: Path, genv) -> Iterator[RequestLog]:
+    """Configure `genv` (global git config of a temp HOME) to push LFS objects with `tool`."""
+    if tool == "git-xet":
+        with running_server(root / "server" / "data") as srv:
+            genv.git_xet("install", "--standalone", srv.url)
+            genv.git("config", "--global", "xet.token", srv.token("write"))
+            yield RequestLog(srv.data_dir.parent / "server.log")
+    else:
+        with plain_lfs_server(root / "lfs-server") as (url, log):
+            genv.git("lfs", "install")
+            genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
+            yield log
+
+
+def run_tool(tool: str, root: Path, sources: list[Path]) -> dict:
+    genv = make_git_env(root)
+    env = genv.env
+    with tool_remote(tool, root, genv) as log:
+        genv.git("init", "-q", "--bare", str(root / "remote.git"))
+        work = root / "work"
+        genv.git("init", "-q", str(work))
+        genv.git("lfs", "track", "*.bin", cwd=work)
+        for src in sources:
+            shutil.copyfile(src, work / src.name)
+        genv.git("add", ".", cwd=work)
+        genv.git("commit", "-qm", "v1", cwd=work)
+        genv.git("remote", "add", "origin", str(root / "remote.git"), cwd=work)
+        result: dict = {}
+
+        def phase(name: str, cmd: list[str], cwd: Path) -> None:
+            log.mark()
+            run = timed(cmd, cwd=cwd, env=env, stderr_to=root / f"{name}.stderr")
+            bytes_in, bytes_out = log.since_mark()
+            result[name] = {"seconds": run["seconds"], "bytes_in": bytes_in, "bytes_out": bytes_out, "peak_rss_mib": run["peak_rss_mib"]}
+
+        phase("push", ["git", "push", "-q", "origin", "main"], work)
+        phase("clone", ["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root)
+        for src in sources:
+            if subprocess.run(["cmp", "-s", str(src), str(root / "clone" / src.name)]).returncode:
+                raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
+        edit_file(work / sources[0].name, seed=7)
+        genv.git("commit", "-qam", "v2", cwd=work)
+        phase("push_v2", ["git", "push", "-q", "origin", "main"], work)
+    return result
+
+
+def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...]) -> dict:
+    results: dict[str, list[dict]] = {t: [] for t in tools}
+    with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
+        base = Path(tmp)
+        sources = []
+        for i in range(files):
+            sources.append(base / f"model-{i}.bin")
+            write_random_file(sources[-1], file_mib * MIB, seed=i)
+        for r in range(repeats):
+            order = tools if r % 2 == 0 else tuple(reversed(tools))
+            for tool in order:
+                root = base / f"{tool}-{r}"
+                results[tool].append(run_tool(tool, root, sources))
+                shutil.rmtree(root, ignore_errors=True)
+    summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "machine": machine(), "tools": {}}
+    for tool, runs in results.items():
+        summary["tools"][tool] = {
+            phase: {key: median([run[phase][key] for run in runs]) for key in ("seconds", "bytes_in", "bytes_out", "peak_rss_mib")}
+            for phase in ("push", "clone", "push_v2")
+        }
+    return summary
+
+
+def print_table(summary: dict) -> None:
+    total = summary["files"] * summary["file_mib"]
+    print(f"git push/clone of {summary['files']} x {summary['file_mib']} MiB, median of {summary['repeats']}; {summary['machine']}")
+    print(f"{'phase':<9}{'tool':<9}{'seconds':>9}{'MiB/s':>8}{'MiB sent':>10}{'peak RSS':>10}")
+    tools = summary["tools"]
+    for phase in ("push", "clone", "push_v2"):
+        for tool, phases in tools.items():
+            m = phases[phase]
+            moved = m["bytes_in"] if phase != "clone" else m["bytes_out"]
+            rate = total / m["seconds"] if phase != "push_v2" else float("nan")
+            rss = f"{m['peak_rss_mib']:.0f} MiB" if tool == "git-xet" else "-"
+            print(f"{phase:<9}{tool:<9}{m['seconds']:>9.2f}{rate:>8.0f}{moved / MIB:>10.1f}{rss:>10}")
+        if len(tools) == 2:
+            ours, theirs = tools["git-xet"][phase], tools["git-lfs"][phase]
+            print(f"{'':<9}{'ratio':<9}{ours['seconds'] / theirs['seconds']:>9.2f}   (git-xet / git-lfs time)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=3)
+    parser.add_argument("--file-mib", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    tools = tuple(t for t in args.tools.split(",") if t)
+    if unknown := set(tools) - set(TOOLS):
+        parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
+    summary = run(args.files, args.file_mib, args.repeats, tools)
+    print_table(summary)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
