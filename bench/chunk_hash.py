@@ -79,6 +79,7 @@ def main() -> int:
         print(f"{name:<10}{medians[name]:>10.3f}{rates[name]:>10.0f}")
     print(f"ratio git-xet/hf-xet throughput: {ratio:.2f}x (target >= 1.00x)")
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"size_mib": args.size_mib, "repeats": args.repeats, "seconds": medians, "mib_per_s": rates, "ratio": ratio}, indent=2))
     return 0
 

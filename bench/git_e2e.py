@@ -5,8 +5,8 @@ vs stock git-lfs `basic` transfers to a plain LFS server, same files, same run.
 
 Each repeat starts fresh servers, a fresh HOME and fresh caches. Per tool: push v1 of
 `--files` random files, clone it (smudge downloads everything), then push v2 with one file
-edited (1% in ten places plus a 1 KiB insertion). Reports median wall time, bytes the server
-received (request bodies) and, for git-xet, the agent's peak RSS.
+edited (1% in ten places plus a 1 KiB insertion). Reports median wall time, object bytes the
+server received (pushes) or sent (clone) and, with --agent-rss, our agents' peak RSS.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MIB, RequestLog, edit_file, machine, median, timed, write_random_file  # noqa: E402
 
-from tests.gitenv import make_git_env  # noqa: E402
+from tests.gitenv import agent_peak_rss, make_git_env, record_agent_rss  # noqa: E402
 from tests.server_process import running_server  # noqa: E402
 
 TOOLS = ("git-xet", "git-lfs")
@@ -44,12 +44,15 @@ def plain_lfs_server(data: Path) -> Iterator[tuple[str, RequestLog]]:
 
 
 @contextmanager
-def tool_remote(tool: str, root: Path, genv) -> Iterator[RequestLog]:
-    """Configure `genv` (global git config of a temp HOME) to push LFS objects with `tool`."""
+def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None) -> Iterator[RequestLog]:
+    """Configure `genv` (global git config of a temp HOME) to push LFS objects with `tool`;
+    with `agent_rss`, each agent's peak RSS is appended to that file."""
     if tool == "git-xet":
         with running_server(root / "server" / "data") as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
+            if agent_rss is not None:
+                record_agent_rss(genv, agent_rss)
             yield RequestLog(srv.data_dir.parent / "server.log")
     else:
         with plain_lfs_server(root / "lfs-server") as (url, log):
@@ -58,10 +61,16 @@ def tool_remote(tool: str, root: Path, genv) -> Iterator[RequestLog]:
             yield log
 
 
-def run_tool(tool: str, root: Path, sources: list[Path]) -> dict:
+def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, agent_rss: bool = False) -> dict:
+    """push, clone (unless clone=False) and push_v2 for one tool: {phase: measurements}.
+
+    With agent_rss (git-xet only), agents run under a wrapper that records their peak RSS;
+    the wrapper's own start-up then adds to the timings, so timing runs leave it off.
+    """
     genv = make_git_env(root)
     env = genv.env
-    with tool_remote(tool, root, genv) as log:
+    rss_file = root / "agent-rss.txt" if agent_rss and tool == "git-xet" else None
+    with tool_remote(tool, root, genv, rss_file) as log:
         genv.git("init", "-q", "--bare", str(root / "remote.git"))
         work = root / "work"
         genv.git("init", "-q", str(work))
@@ -75,22 +84,26 @@ def run_tool(tool: str, root: Path, sources: list[Path]) -> dict:
 
         def phase(name: str, cmd: list[str], cwd: Path) -> None:
             log.mark()
+            if rss_file is not None:
+                rss_file.write_text("")
             run = timed(cmd, cwd=cwd, env=env, stderr_to=root / f"{name}.stderr")
             bytes_in, bytes_out = log.since_mark()
-            result[name] = {"seconds": run["seconds"], "bytes_in": bytes_in, "bytes_out": bytes_out, "peak_rss_mib": run["peak_rss_mib"]}
+            peaks = agent_peak_rss(rss_file) if rss_file is not None else []
+            result[name] = {"seconds": run["seconds"], "bytes_in": bytes_in, "bytes_out": bytes_out, "agent_peak_rss_mib": max(peaks, default=float("nan"))}
 
         phase("push", ["git", "push", "-q", "origin", "main"], work)
-        phase("clone", ["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root)
-        for src in sources:
-            if subprocess.run(["cmp", "-s", str(src), str(root / "clone" / src.name)]).returncode:
-                raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
+        if clone:
+            phase("clone", ["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root)
+            for src in sources:
+                if subprocess.run(["cmp", "-s", str(src), str(root / "clone" / src.name)]).returncode:
+                    raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
         edit_file(work / sources[0].name, seed=7)
         genv.git("commit", "-qam", "v2", cwd=work)
         phase("push_v2", ["git", "push", "-q", "origin", "main"], work)
     return result
 
 
-def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...]) -> dict:
+def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool) -> dict:
     results: dict[str, list[dict]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
         base = Path(tmp)
@@ -102,12 +115,12 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...]) -> dict
             order = tools if r % 2 == 0 else tuple(reversed(tools))
             for tool in order:
                 root = base / f"{tool}-{r}"
-                results[tool].append(run_tool(tool, root, sources))
+                results[tool].append(run_tool(tool, root, sources, agent_rss=agent_rss))
                 shutil.rmtree(root, ignore_errors=True)
-    summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "machine": machine(), "tools": {}}
+    summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "agent_rss": agent_rss, "machine": machine(), "tools": {}}
     for tool, runs in results.items():
         summary["tools"][tool] = {
-            phase: {key: median([run[phase][key] for run in runs]) for key in ("seconds", "bytes_in", "bytes_out", "peak_rss_mib")}
+            phase: {key: median([run[phase][key] for run in runs]) for key in ("seconds", "bytes_in", "bytes_out", "agent_peak_rss_mib")}
             for phase in ("push", "clone", "push_v2")
         }
     return summary
@@ -116,14 +129,14 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...]) -> dict
 def print_table(summary: dict) -> None:
     total = summary["files"] * summary["file_mib"]
     print(f"git push/clone of {summary['files']} x {summary['file_mib']} MiB, median of {summary['repeats']}; {summary['machine']}")
-    print(f"{'phase':<9}{'tool':<9}{'seconds':>9}{'MiB/s':>8}{'MiB sent':>10}{'peak RSS':>10}")
+    print(f"{'phase':<9}{'tool':<9}{'seconds':>9}{'MiB/s':>8}{'MiB moved':>10}{'agent RSS':>10}")
     tools = summary["tools"]
     for phase in ("push", "clone", "push_v2"):
         for tool, phases in tools.items():
             m = phases[phase]
             moved = m["bytes_in"] if phase != "clone" else m["bytes_out"]
             rate = total / m["seconds"] if phase != "push_v2" else float("nan")
-            rss = f"{m['peak_rss_mib']:.0f} MiB" if tool == "git-xet" else "-"
+            rss = f"{m['agent_peak_rss_mib']:.0f} MiB" if summary["agent_rss"] and tool == "git-xet" else "-"
             print(f"{phase:<9}{tool:<9}{m['seconds']:>9.2f}{rate:>8.0f}{moved / MIB:>10.1f}{rss:>10}")
         if len(tools) == 2:
             ours, theirs = tools["git-xet"][phase], tools["git-lfs"][phase]
@@ -136,12 +149,13 @@ def main() -> int:
     parser.add_argument("--file-mib", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--agent-rss", action="store_true", help="record each agent's peak RSS (adds a wrapper process per agent)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)
     if unknown := set(tools) - set(TOOLS):
         parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
-    summary = run(args.files, args.file_mib, args.repeats, tools)
+    summary = run(args.files, args.file_mib, args.repeats, tools, args.agent_rss)
     print_table(summary)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

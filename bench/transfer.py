@@ -129,6 +129,7 @@ def main() -> int:
         print(f"{'upload' if phase == 'up' else 'download':<10}{o:>10.2f}{mib / o:>8.0f}{t:>10.2f}{mib / t:>8.0f}{o / t:>8.2f}")
     print(f"agent init {1000 * med['agent_init']:.0f} ms vs python -c pass {1000 * med['python_pass']:.0f} ms: {med['agent_init'] / med['python_pass']:.2f}x (target <= 2x)")
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"size_mib": mib, "repeats": args.repeats, "median_seconds": med}, indent=2))
     return 0
 

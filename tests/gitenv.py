@@ -22,6 +22,11 @@ class GitEnv:
             raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n--- agent log ---\n{log[-4000:]}")
         return proc
 
+    def popen(self, *args: str, cwd: Path | None = None) -> subprocess.Popen:
+        """Start a command in the background (output to a log under the root)."""
+        log = open(self.root / "popen.log", "ab")
+        return subprocess.Popen(list(args), cwd=cwd or self.root, env=self.env, stdout=log, stderr=log)
+
     def git(self, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run("git", *args, cwd=cwd, check=check)
 
@@ -54,3 +59,28 @@ def make_git_env(tmp: Path) -> GitEnv:
     genv.git("config", "--global", "user.email", "tests@git-xet.invalid")
     genv.git("config", "--global", "init.defaultBranch", "main")
     return genv
+
+
+# Runs the agent and appends its peak RSS (MiB) to a file when it exits: the peak of a git
+# command's whole process tree would be git's own, which holds a smudged file in memory.
+_AGENT_RSS = r"""
+import resource, subprocess, sys
+code = subprocess.run(sys.argv[2:]).returncode
+with open(sys.argv[1], "a") as out:
+    out.write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}\n")
+sys.exit(code)
+"""
+
+
+def record_agent_rss(genv: GitEnv, rss_file: Path) -> None:
+    """Run every agent of `genv` under a wrapper that appends its peak RSS to `rss_file`
+    (call after `git xet install`; adds one short-lived Python process per agent)."""
+    wrapper = genv.root / "agent_rss.py"
+    wrapper.write_text(_AGENT_RSS)
+    agent = Path(sys.executable).with_name("git-xet")
+    genv.git("config", "--global", "lfs.customtransfer.xet.path", sys.executable)
+    genv.git("config", "--global", "lfs.customtransfer.xet.args", f"{wrapper} {rss_file} {agent} transfer")
+
+
+def agent_peak_rss(rss_file: Path) -> list[float]:
+    return [float(x) for x in rss_file.read_text().split()] if rss_file.exists() else []

@@ -33,11 +33,22 @@ def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = 
 INIT = json.dumps({"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8})
 
 
-def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
-    data = random_bytes(300_000, 1)
-    obj = tmp_path / "obj"
-    obj.write_bytes(data)
+def _lfs_object(repo: Path, data: bytes) -> tuple[str, Path]:
+    """Put `data` where git-lfs keeps objects (.git/lfs/objects/ab/cd/<oid>)."""
     oid = hashlib.sha256(data).hexdigest()
+    path = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return oid, path
+
+
+def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    data = random_bytes(300_000, 1)
+    oid, obj = _lfs_object(tmp_path, data)
+    other_oid, other = _lfs_object(tmp_path, random_bytes(1000, 2))
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.bin"
+    outside.write_bytes(data)
     store = tmp_path / "store"
     lines = [
         INIT,
@@ -45,25 +56,45 @@ def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
         json.dumps({"event": "upload", "oid": "../../etc", "size": 1, "path": str(obj)}),
         json.dumps({"event": "upload", "oid": oid, "size": "300000", "path": str(obj)}),
         json.dumps({"event": "whatever"}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(outside), "action": None}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj / ".." / ".." / ".." / ".." / ".." / ".." / outside.name)}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data) + 1, "path": str(obj), "action": None}),
+        json.dumps({"event": "upload", "oid": oid, "size": 1000, "path": str(other), "action": None}),
         json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj), "action": None}),
-        json.dumps({"event": "upload", "oid": "ab" * 32, "size": 5, "path": str(tmp_path / "missing"), "action": None}),
+        json.dumps({"event": "upload", "oid": "ab" * 32, "size": 5, "path": str(obj.parent / "missing"), "action": None}),
         json.dumps({"event": "terminate"}),
         json.dumps({"event": "upload", "oid": oid, "size": 1, "path": str(obj)}),  # after terminate: ignored
     ]
     out, stderr, _ = _agent(tmp_path, lines, {"GIT_XET_ENDPOINT": str(store)})
     assert out[0] == {}
-    bad_oid, bad_size, ok_progress_first = out[1], out[2], out[3]
+    # One object at a time: the answers split into groups, each ending in its `complete`.
+    groups: list[list[dict]] = [[]]
+    for message in out[1:]:
+        groups[-1].append(message)
+        if message.get("event") == "complete":
+            groups.append([])
+    assert groups.pop() == []  # nothing after terminate
+    (bad_oid,), (bad_size,), outside_abs, outside_dotdot, wrong_size, wrong_content, good, missing = groups
     assert bad_oid == {"event": "complete", "oid": "../../etc", "error": {"code": 32, "message": "git-xet: oid must be 64 lowercase hex digits"}}
     assert bad_size == {"event": "complete", "oid": oid, "error": {"code": 32, "message": "git-xet: size must be a non-negative integer"}}
-    assert ok_progress_first == {"event": "progress", "oid": oid, "bytesSoFar": 1, "bytesSinceLast": 1}
-    progress = [m for m in out if m.get("event") == "progress" and m["oid"] == oid]
+    for group in (outside_abs, outside_dotdot, wrong_size, wrong_content, good, missing):
+        assert group[0]["event"] == "progress" and (group[0]["bytesSoFar"], group[0]["bytesSinceLast"]) == (1, 1)
+    for refused in (outside_abs, outside_dotdot):
+        assert "outside this repository's LFS storage" in refused[-1]["error"]["message"]
+    assert "300000 bytes, but the request says 300001" in wrong_size[-1]["error"]["message"]
+    assert "does not match its oid" in wrong_content[-1]["error"]["message"]
+    assert good[-1] == {"event": "complete", "oid": oid}
+    progress = good[:-1]
     assert [p["bytesSoFar"] for p in progress] == sorted(p["bytesSoFar"] for p in progress)
     assert sum(p["bytesSinceLast"] for p in progress) == len(data)
-    assert {"event": "complete", "oid": oid} in out
-    missing = [m for m in out if m.get("oid") == "ab" * 32][-1]
-    assert missing["error"]["code"] == 2 and "missing" in missing["error"]["message"]
-    assert len([m for m in out if m.get("event") == "complete"]) == 4  # nothing after terminate
+    assert missing[-1]["oid"] == "ab" * 32 and missing[-1]["error"]["code"] == 2 and "missing" in missing[-1]["error"]["message"]
     assert "not JSON" in stderr
+    # Refused requests stored nothing: the store knows the good file only.
+    from git_xet.storage.cas_store import CasStore
+
+    store_index = CasStore(store)
+    assert store_index.file_by_sha256(oid) is not None
+    assert store_index.file_by_sha256(other_oid) is None
 
 
 def test_stdout_stays_clean_when_a_library_prints(tmp_path: Path) -> None:

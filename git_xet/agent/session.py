@@ -39,6 +39,7 @@ class AgentSession:
         self._http = None
         self._backends: dict[str, XetBackend] = {}
         self._uploaders: dict[str, Uploader] = {}
+        self._storage_roots: list[Path] | None = None
 
     def _http_client(self):
         if self._http is None:
@@ -181,7 +182,31 @@ class AgentSession:
                 time.sleep(1 + attempt)
         raise AssertionError("unreachable")
 
+    def _lfs_storage_roots(self) -> list[Path]:
+        """Where git-lfs keeps objects: <git-common-dir>/lfs, and `lfs.storage` when set
+        (relative to the git dir, as git-lfs reads it)."""
+        if self._storage_roots is None:
+            common = git_common_dir()
+            roots = [common / "lfs"]
+            storage = git_config("lfs.storage")
+            if storage:
+                roots.append((common / storage).resolve())
+            self._storage_roots = roots
+        return self._storage_roots
+
+    def _check_upload_source(self, req: Transfer) -> None:
+        """git-lfs only ever names objects in its own storage, of the size it announces; any
+        other request is refused before a byte is read or sent."""
+        path = Path(req.path).resolve()
+        roots = self._lfs_storage_roots()
+        if not any(path.is_relative_to(root) for root in roots):
+            raise TransferError(f"refusing to upload {req.path}: it is outside this repository's LFS storage ({roots[0]})")
+        size = path.stat().st_size
+        if size != req.size:
+            raise TransferError(f"{req.path} is {size} bytes, but the request says {req.size}")
+
     def _upload(self, req: Transfer, progress: Progress) -> None:
+        self._check_upload_source(req)
         backend, lookup = self._backend_for(req)
         if backend is None or lookup(req.oid) is not None:
             log.info("%s already stored", req.oid[:12])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import ssl
 import uuid
 from collections.abc import Iterator
@@ -54,12 +55,23 @@ class _HttpStatusError(TransferError):
         self.retry_after = float(value) if value.replace(".", "", 1).isdigit() else None
 
 
-def make_http_client(timeout: httpx.Timeout = DEFAULT_TIMEOUT) -> httpx.Client:
+def timeout_from_env() -> httpx.Timeout:
+    """DEFAULT_TIMEOUT, or $GIT_XET_HTTP_TIMEOUT seconds for reads and writes (a stalled
+    connection is abandoned and retried after that long)."""
+    value = os.environ.get("GIT_XET_HTTP_TIMEOUT", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return DEFAULT_TIMEOUT
+    return httpx.Timeout(connect=min(60.0, seconds), read=seconds, write=seconds, pool=60.0) if seconds > 0 else DEFAULT_TIMEOUT
+
+
+def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     """One pooled client that honours HTTP(S)_PROXY/NO_PROXY and trusts the OS certificate
     store plus SSL_CERT_FILE/SSL_CERT_DIR (OpenSSL's default verify paths), so corporate
     CAs installed on the machine work without extra configuration."""
     return httpx.Client(
-        timeout=timeout,
+        timeout=timeout or timeout_from_env(),
         trust_env=True,
         verify=ssl.create_default_context(),
         follow_redirects=True,
@@ -157,9 +169,12 @@ class HttpCasBackend:
                 raise TransferError(f"unreadable shard upload progress frame: {line[:200]}", retryable=True) from None
             kind = frame.get("type") if isinstance(frame, dict) else None
             if kind == "result":
-                return int(frame.get("result", 0)) == 1
+                result = frame.get("result")
+                if not isinstance(result, int) or isinstance(result, bool):
+                    raise TransferError(f"malformed shard upload result frame: {line[:200]}", retryable=True)
+                return result == 1
             if kind == "error":
-                raise TransferError(f"the server refused the shard: {frame.get('message')}", retryable=bool(frame.get("retryable")))
+                raise TransferError(f"the server refused the shard: {str(frame.get('message'))[:500]}", retryable=frame.get("retryable") is True)
         raise TransferError("shard upload answer ended without a result", retryable=True)
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:

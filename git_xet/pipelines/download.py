@@ -31,7 +31,7 @@ from ..fsutil import atomic_output
 log = logging.getLogger("git_xet.download")
 
 DEFAULT_PARALLEL = 4
-DEFAULT_INFLIGHT_BYTES = 128 * 1024 * 1024  # raw + decoded bytes held ahead of the writer
+DEFAULT_INFLIGHT_BYTES = 64 * 1024 * 1024  # raw + decoded bytes held ahead of the writer
 _MAX_URL_REFRESHES = 3
 
 

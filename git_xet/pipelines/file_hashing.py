@@ -20,8 +20,8 @@ from ..core.chunking import Chunker
 from ..core.constants import ZERO_HASH
 from ..core.hashes import chunk_hash, file_hash
 
-SCAN_BLOCK = 16 * 1024 * 1024
-_QUEUE_DEPTH = 2  # blocks scanned ahead of the consumer: bounds the mapped pages resident
+SCAN_BLOCK = 4 * 1024 * 1024
+_QUEUE_DEPTH = 4  # blocks scanned ahead of the consumer: bounds the mapped pages resident
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class MappedFile:
     bounded RSS. Empty files map to an empty view.
     """
 
-    RELEASE_STEP = 16 * 1024 * 1024
+    RELEASE_STEP = 8 * 1024 * 1024
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._handle = open(Path(path), "rb")

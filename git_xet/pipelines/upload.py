@@ -31,7 +31,7 @@ from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 log = logging.getLogger("git_xet.upload")
 
 GLOBAL_DEDUP_SPACING = 256  # chunks between two global dedup queries of one file
-PLACEMENT_LAG = 256  # chunks (~16 MiB) hashed ahead of the chunk being placed
+PLACEMENT_LAG = 64  # chunks (~4 MiB) hashed ahead of the chunk being placed
 FRAGMENTATION_WINDOW = 128
 FRAGMENTATION_ENTER = 4.0  # average chunks per term below which short matches are refused
 FRAGMENTATION_LEAVE = 8.0
@@ -152,13 +152,17 @@ class Uploader:
     cache: ShardCache | None = None
     global_dedup: bool = True
     max_parallel_xorbs: int = 2
+    # Xorb bodies held at once, the one being filled included (64 MiB each at most). With two,
+    # one fills while one uploads, or both upload while packing waits: the server always has
+    # work, and a 4 GiB push stays under 300 MB resident.
+    xorb_buffers: int = 2
     progress: Callable[[int], None] | None = None
     stats: UploadStats = field(default_factory=UploadStats)
 
     def __post_init__(self) -> None:
         self._index = self.cache.load() if self.cache else ChunkIndex()
         self._session: dict[bytes, tuple[_XorbSlot, int]] = {}
-        self._buffers = _XorbBuffers(self.max_parallel_xorbs + 1)
+        self._buffers = _XorbBuffers(self.xorb_buffers)
         self._slot: _XorbSlot | None = None  # opened on the first new chunk
         self._closed: list[_XorbSlot] = []
         self._uploads: list[Future[None]] = []
@@ -173,7 +177,7 @@ class Uploader:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        self._buffers = _XorbBuffers(self.max_parallel_xorbs + 1)  # drop the 64 MiB maps
+        self._buffers = _XorbBuffers(self.xorb_buffers)  # drop the 64 MiB maps
 
     def __enter__(self) -> Uploader:
         return self
@@ -238,7 +242,7 @@ class Uploader:
 
     def _append(self, terms: list[_Term], term: _Term, guard: _FragmentationGuard) -> None:
         last = terms[-1] if terms else None
-        if last is not None and last.target is term.target and last.chunk_end == term.chunk_start:
+        if last is not None and last.target == term.target and last.chunk_end == term.chunk_start:
             last.chunk_end, last.length, last.file_chunk_end = term.chunk_end, last.length + term.length, term.file_chunk_end
             return
         if last is not None:
@@ -284,7 +288,7 @@ class Uploader:
         return self._slot, index
 
     def _open_slot(self) -> _XorbSlot:
-        # Waits for a free buffer: at most max_parallel_xorbs bodies in flight (each <= 64 MiB).
+        # Waits for a free buffer: at most xorb_buffers bodies in memory (each <= 64 MiB).
         # Uploads give their buffer back before their future completes.
         while (buffer := self._buffers.try_take()) is None:
             busy = [f for f in self._uploads if not f.done()]

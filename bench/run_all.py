@@ -1,0 +1,105 @@
+"""Every benchmark in one run, then one summary table (markdown) of medians, ratios and targets.
+
+    python bench/run_all.py [--quick] [--out bench/results]
+
+Runs chunk_hash.py, transfer.py, git_e2e.py, dedup.py and a peak-RSS git push/clone, each in
+its own process, writing <out>/<name>.json; then prints the summary and writes
+<out>/summary.md and <out>/summary.json. The full run takes about ten minutes on 2 cores;
+--quick uses small sizes (a smoke test of the harness, not figures to quote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import MIB, machine  # noqa: E402
+
+BENCH = Path(__file__).resolve().parent
+
+FULL = {
+    "chunk_hash": ["--size-mib", "1024", "--repeats", "3"],
+    "transfer": ["--size-mib", "1024", "--repeats", "3"],
+    "git_e2e": ["--files", "3", "--file-mib", "256", "--repeats", "3"],
+    "dedup": ["--size-mib", "1024"],
+    "rss": ["--files", "1", "--file-mib", "4096", "--repeats", "1", "--tools", "git-xet", "--agent-rss"],
+}
+QUICK = {
+    "chunk_hash": ["--size-mib", "128", "--repeats", "2"],
+    "transfer": ["--size-mib", "128", "--repeats", "2"],
+    "git_e2e": ["--files", "2", "--file-mib", "32", "--repeats", "2"],
+    "dedup": ["--size-mib", "128"],
+    "rss": ["--files", "1", "--file-mib", "512", "--repeats", "1", "--tools", "git-xet", "--agent-rss"],
+}
+SCRIPT = {"chunk_hash": "chunk_hash.py", "transfer": "transfer.py", "git_e2e": "git_e2e.py", "dedup": "dedup.py", "rss": "git_e2e.py"}
+
+
+def _row(name: str, ours: str, peer: str, ratio: float | None, target: str, met: bool | None) -> str:
+    shown = f"{ratio:.2f}" if ratio is not None else ""
+    verdict = "" if met is None else ("yes" if met else "**no**")
+    return f"| {name} | {ours} | {peer} | {shown} | {target} | {verdict} |"
+
+
+def summarize(results: dict[str, dict]) -> str:
+    rows = ["| benchmark | git-xet | peer | ratio | target | met |", "|---|---|---|---|---|---|"]
+    c = results["chunk_hash"]
+    ours, theirs = c["mib_per_s"]["git-xet"], c["mib_per_s"]["hf-xet"]
+    rows.append(_row(f"chunk + hash {c['size_mib']} MiB (MiB/s)", f"{ours:.0f}", f"hf-xet {theirs:.0f}", ours / theirs, ">= 1.0", ours >= theirs))
+    t = results["transfer"]
+    med, mib = t["median_seconds"], t["size_mib"]
+    for phase, label in (("up", "upload"), ("down", "download")):
+        o, h = med[f"ours_{phase}"], med[f"theirs_{phase}"]
+        rows.append(_row(f"{label} {mib} MiB via `git xet serve` (s)", f"{o:.2f} ({mib / o:.0f} MiB/s)", f"hf-xet {h:.2f} ({mib / h:.0f} MiB/s)", o / h, "<= 1.0", o <= h))
+    a, p = med["agent_init"], med["python_pass"]
+    rows.append(_row("agent spawn to `init` answer (ms)", f"{1000 * a:.0f}", f"python -c pass {1000 * p:.0f}", a / p, "<= 2.0", a <= 2 * p))
+    g = results["git_e2e"]
+    label = f"{g['files']} x {g['file_mib']} MiB"
+    for phase, what in (("push", f"git push {label} (s)"), ("clone", f"git clone {label} (s)"), ("push_v2", "git push v2, one file edited (s)")):
+        o, b = g["tools"]["git-xet"][phase]["seconds"], g["tools"]["git-lfs"][phase]["seconds"]
+        rows.append(_row(what, f"{o:.2f}", f"git-lfs basic {b:.2f}", o / b, "", None))
+    for phase, what in (("push", f"bytes sent, git push {label} (MiB)"), ("push_v2", "bytes sent, git push v2 (MiB)")):
+        o, b = g["tools"]["git-xet"][phase]["bytes_in"], g["tools"]["git-lfs"][phase]["bytes_in"]
+        rows.append(_row(what, f"{o / MIB:.1f}", f"git-lfs basic {b / MIB:.1f}", o / b, "", None))
+    d = results["dedup"]
+    sent, size = d["v2_bytes_sent"], d["size_mib"] * MIB
+    ours = sent["git-xet"]
+    rows.append(_row(f"dedup: v2 of {d['size_mib']} MiB, bytes sent (MiB)", f"{ours / MIB:.2f} ({100 * ours / size:.2f}%)", f"hf-xet {sent['hf-xet'] / MIB:.2f}", ours / sent["hf-xet"], "<= 1.0 and <= 3%", ours <= sent["hf-xet"] and ours <= 0.03 * size))
+    rows.append(_row(f"dedup: v2 of {d['size_mib']} MiB vs git-lfs (MiB)", f"{ours / MIB:.2f}", f"git-lfs basic {sent['git-lfs'] / MIB:.2f}", ours / sent["git-lfs"], "", None))
+    r = results["rss"]
+    label = f"{r['file_mib'] // 1024} GiB" if r["file_mib"] >= 1024 else f"{r['file_mib']} MiB"
+    for phase in ("push", "clone"):
+        rss = r["tools"]["git-xet"][phase]["agent_peak_rss_mib"]
+        rows.append(_row(f"peak RSS, git {phase} of one {label} file (MiB)", f"{rss:.0f}", "", None, "<= 286 (300 MB)", rss * MIB <= 300e6))
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=BENCH / "results")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = QUICK if args.quick else FULL
+    results = {}
+    started = time.monotonic()
+    for name, extra in plan.items():
+        target = args.out / f"{name}.json"
+        print(f"== {name}: {SCRIPT[name]} {' '.join(extra)}", flush=True)
+        subprocess.run([sys.executable, str(BENCH / SCRIPT[name]), *extra, "--json", str(target)], check=True)
+        results[name] = json.loads(target.read_text())
+    table = summarize(results)
+    header = f"Measured {time.strftime('%Y-%m-%d')} on {machine()}; all in one run ({(time.monotonic() - started) / 60:.1f} min)."
+    print(f"\n{header}\n\n{table}")
+    (args.out / "summary.md").write_text(f"{header}\n\n{table}\n")
+    (args.out / "summary.json").write_text(json.dumps({"machine": machine(), "quick": args.quick, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
