@@ -29,7 +29,7 @@ FAULT_KINDS = ("500", "503", "429", "reset_before", "reset_after", "stall", "tru
 
 @dataclass
 class FaultPlan:
-    """Fail the first N requests whose path contains each key, in the given way. `hold`
+    """Fail (or delay) the first N requests whose path contains each key, in the given way. `hold`
     lets the first N matching requests through, then stalls the rest for `stall_seconds`
     until `release()`: a transfer frozen at a known point, e.g. to kill a process there."""
 
@@ -37,6 +37,8 @@ class FaultPlan:
     error_429: dict[str, int] = field(default_factory=dict)
     truncate: dict[str, int] = field(default_factory=dict)
     hold: dict[str, int] = field(default_factory=dict)
+    delay: dict[str, int] = field(default_factory=dict)  # forwarded, but delay_seconds late
+    delay_seconds: float = 0.0
     seen: dict[str, int] = field(default_factory=dict)
     faults_injected: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -56,7 +58,7 @@ class FaultPlan:
                     if count >= allowed:
                         self.held.set()
                         return "stall"
-            for kind, table in (("503", self.error_503), ("429", self.error_429), ("truncate", self.truncate)):
+            for kind, table in (("503", self.error_503), ("429", self.error_429), ("truncate", self.truncate), ("delay", self.delay)):
                 for key, budget in table.items():
                     if key in path:
                         count = self.seen.get(kind + key, 0)
@@ -138,6 +140,8 @@ def fault_proxy(upstream: str, plan: FaultPlan | FaultRate) -> Iterator[str]:
                 self.close_connection = True
                 _reset(self.connection)
                 return
+            if fault == "delay":
+                time.sleep(plan.delay_seconds)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "connection")}  # Host kept: signed URLs point back here
             resp = client.request(self.command, upstream + self.path, headers=headers, content=body)
             if fault == "reset_after":  # the server acted on it; the client never hears back

@@ -122,6 +122,28 @@ def test_clone_from_a_dead_server_fails_clearly_and_leaves_nothing(tmp_path: Pat
     assert not checked_out.exists() or checked_out.read_bytes().startswith(b"version https://git-lfs")  # never partial
 
 
+def test_tokens_and_xorb_urls_expiring_mid_transfer_are_renewed(tmp_path: Path) -> None:
+    """Hub-style negotiation with 8 s CAS tokens (git-lfs itself refuses batch actions that
+    expire within 5 s) and 2 s xorb URLs, and requests held 2.5 s on the way: every expiry
+    is met by a renewal, and the data arrives byte-exact."""
+    g = make_git_env(tmp_path)
+    files = {"weights.bin": random_bytes(5 * MIB, 21), "small.bin": random_bytes(10_000, 22)}
+    plan = FaultPlan(delay={"/v1/xorbs/": 1, "/v1/xorb-data/": 2}, delay_seconds=2.5)
+    with running_server(tmp_path / "srv" / "data", "--cas-token-ttl", "8", "--url-ttl", "2") as srv, fault_proxy(srv.url, plan) as proxy:
+        user_token = srv.token("write")
+        g.git_xet("install")  # no standalone mode: the server negotiates, as the Hub does
+        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+        g.git("config", "--global", "lfs.url", f"{proxy}/acme/model.git/info/lfs")
+        work = _repo_with(g, "repo", files)
+        g.git("push", "-q", "origin", "main", cwd=work)
+        _assert_clone_matches(g, "repo.git", "clone", files)
+        log = _access_log(srv)
+    assert plan.faults_injected == 3
+    assert [e for e in log if e["path"].startswith("/v1/xorb-data/") and e["status"] == 403], "no xorb URL expired"
+    assert len([e for e in log if "-token/" in e["path"]]) >= 2, "no token was renewed"
+    assert not [e for e in log if e["status"] == 401 and e["path"].startswith("/v1/xorbs/")], "a write went out with an expired token"
+
+
 # --------------------------------------------------------------------------------- crashes
 
 

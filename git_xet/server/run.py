@@ -10,11 +10,11 @@ from pathlib import Path
 from .app import ServerConfig, create_app
 
 
-def serve(data_dir: Path, host: str, port: int, public_url: str | None, url_ttl: int, log_level: str) -> int:
+def serve(data_dir: Path, host: str, port: int, public_url: str | None, url_ttl: int, log_level: str, cas_token_ttl: int = 900) -> int:
     import uvicorn
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    app = create_app(ServerConfig(Path(data_dir), public_url, url_ttl))
+    app = create_app(ServerConfig(Path(data_dir), public_url, url_ttl, cas_token_ttl))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
