@@ -3,7 +3,7 @@
 glibc raises its mmap threshold each time a large buffer is freed, so later buffers of that
 size (our 16-64 MiB xorb bodies and HTTP bodies) come from per-thread arenas and stay
 resident after use. Pinning the threshold at 1 MiB and capping arenas at 2 keeps peak RSS of
-a multi-GiB transfer a few hundred MiB lower (bench/peak_rss.py measures it). No-op where
+a multi-GiB transfer a few hundred MiB lower (`bench/git_e2e.py --agent-rss` measures it). No-op where
 glibc's mallopt is absent.
 """
 

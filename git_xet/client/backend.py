@@ -25,5 +25,5 @@ class XetBackend(Protocol):
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
         """How to rebuild the file or inclusive byte range; NotFoundError / RangeNotSatisfiableError."""
 
-    def fetch(self, fetch: FetchRange) -> bytes:
+    def fetch(self, fetch: FetchRange) -> bytes | bytearray:
         """Exactly the bytes [byte_start, byte_end] of the xorb; UrlExpiredError if refused."""

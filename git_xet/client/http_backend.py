@@ -80,6 +80,21 @@ def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     )
 
 
+def _read_exactly(resp: httpx.Response, size: int) -> tuple[bytearray, int]:
+    """Stream a body into one buffer of the expected size: no list of pieces joined at the end
+    (which briefly doubles a 16 MiB range in memory), and nothing past `size` is kept."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    received = 0
+    for piece in resp.iter_raw():
+        if received + len(piece) > size:
+            raise TransferError(f"xorb range longer than the {size} bytes asked for", retryable=True)
+        view[received : received + len(piece)] = piece
+        received += len(piece)
+    view.release()
+    return buf, received
+
+
 class HttpCasBackend:
     def __init__(
         self,
@@ -212,23 +227,27 @@ class HttpCasBackend:
                 raise TransferError(f"malformed reconstruction answer for {file_hex}: {exc}", retryable=True) from None
         raise AssertionError("unreachable")
 
-    def fetch(self, fetch: FetchRange) -> bytes:
+    def fetch(self, fetch: FetchRange) -> bytes | bytearray:
         if fetch.url is None:
             raise TransferError("reconstruction answer has no URL for a xorb range")
         expected = fetch.byte_end - fetch.byte_start + 1
 
-        def attempt() -> bytes:
+        def attempt() -> bytes | bytearray:
             # Presigned URL: exactly the signed Range, and no bearer token.
-            resp = self.http.get(fetch.url, headers={"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", "X-Xet-Session-Id": self.session_id})
-            if resp.status_code == 403:
-                raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
-            if resp.status_code not in (200, 206):
-                raise _HttpStatusError(f"download of xorb {fetch.xorb[:12]}", resp)
-            data = resp.content
-            if resp.status_code == 200 and len(data) > expected:
-                data = data[fetch.byte_start : fetch.byte_end + 1]  # server ignored Range
-            if len(data) != expected:
-                raise TransferError(f"xorb range for {fetch.xorb[:12]} truncated ({len(data)} of {expected} bytes)", retryable=True)
+            headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", "X-Xet-Session-Id": self.session_id}
+            with self.http.stream("GET", fetch.url, headers=headers) as resp:
+                if resp.status_code == 403:
+                    raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
+                if resp.status_code not in (200, 206):
+                    resp.read()
+                    raise _HttpStatusError(f"download of xorb {fetch.xorb[:12]}", resp)
+                if resp.status_code == 200:  # the server ignored Range: cut our part out
+                    data = resp.read()[fetch.byte_start : fetch.byte_end + 1]
+                    received = len(data)
+                else:
+                    data, received = _read_exactly(resp, expected)
+            if received != expected:
+                raise TransferError(f"xorb range for {fetch.xorb[:12]} truncated ({received} of {expected} bytes)", retryable=True)
             return data
 
         return with_retries(f"download of xorb {fetch.xorb[:12]}", attempt, self.policy)
