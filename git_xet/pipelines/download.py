@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -37,33 +36,6 @@ _MAX_URL_REFRESHES = 3
 
 class IntegrityError(TransferError):
     """Downloaded data does not match what the file's hashes promise."""
-
-
-class _Sha256Beside:
-    """sha256 of what the writer writes, computed in its own thread (hashlib drops the GIL)
-    so hashing does not add to the writer's time. A short queue bounds the views held."""
-
-    def __init__(self) -> None:
-        self._digest = hashlib.sha256()
-        self._queue: queue.Queue[memoryview | None] = queue.Queue(maxsize=256)
-        self._thread = threading.Thread(target=self._run, name="git-xet-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (view := self._queue.get()) is not None:
-            self._digest.update(view)
-
-    def update(self, view: memoryview) -> None:
-        self._queue.put(view)
-
-    def hexdigest(self) -> str:
-        self.stop()
-        return self._digest.hexdigest()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
 
 
 @dataclass(frozen=True)
@@ -129,7 +101,7 @@ def download(
 ) -> DownloadResult:
     """Write the file (or the inclusive byte range) to `out`; raises on any mismatch."""
     whole = byte_range is None
-    digest = _Sha256Beside() if sha256 and whole else None
+    digest = hashlib.sha256() if sha256 and whole else None
     if whole and file_hex == hash_to_hex(ZERO_HASH):
         plan = Reconstruction(0, ())
     else:
@@ -200,8 +172,6 @@ def download(
         finally:
             for future in futures.values():
                 future.cancel()
-            if digest is not None:
-                digest.stop()
 
     verified = False
     if whole:
