@@ -81,6 +81,13 @@ class RequestLog:
         return sum(e["bytes_in"] for e in new), sum(e["bytes_out"] for e in new)
 
 
+def write_json(path: Path | None, summary: dict) -> None:
+    """The --json output every benchmark script offers (run_all.py collects them)."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2))
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 

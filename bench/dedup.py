@@ -12,7 +12,6 @@ Target: git-xet <= hf-xet, and <= 3% of the file.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, RequestLog, edit_file, machine, write_random_file  # noqa: E402
+from common import MIB, RequestLog, edit_file, machine, write_json, write_random_file  # noqa: E402
 from git_e2e import run_tool  # noqa: E402
 
 from tests import hf_xet_oracle  # noqa: E402
@@ -72,9 +71,7 @@ def main() -> int:
     args = parser.parse_args()
     summary = run(args.size_mib)
     print_table(summary)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=2))
+    write_json(args.json, summary)
     return 0
 
 

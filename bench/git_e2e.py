@@ -12,7 +12,6 @@ server received (pushes) or sent (clone) and, with --agent-rss, our agents' peak
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, RequestLog, edit_file, machine, median, timed, write_random_file  # noqa: E402
+from common import MIB, RequestLog, edit_file, machine, median, timed, write_json, write_random_file  # noqa: E402
 
 from tests.gitenv import agent_peak_rss, make_git_env, record_agent_rss  # noqa: E402
 from tests.server_process import running_server  # noqa: E402
@@ -157,9 +156,7 @@ def main() -> int:
         parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
     summary = run(args.files, args.file_mib, args.repeats, tools, args.agent_rss)
     print_table(summary)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=2))
+    write_json(args.json, summary)
     return 0
 
 
