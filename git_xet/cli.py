@@ -142,7 +142,7 @@ def _parse_size(text: str) -> int:
     return int(float(number) * units[unit])
 
 
-def _cmd_transfer(_args: argparse.Namespace) -> int:
+def _cmd_transfer(_args: argparse.Namespace | None = None) -> int:
     from .agent.transfer import run
 
     return run()
@@ -248,9 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["transfer"]:
         # The hot path: git-lfs starts many agents; skip argparse and answer `init` first.
-        from .agent.transfer import run
-
-        return run()
+        return _cmd_transfer()
     from .memory import tune_allocator
 
     tune_allocator()

@@ -24,8 +24,8 @@ class GitEnv:
 
     def popen(self, *args: str, cwd: Path | None = None) -> subprocess.Popen:
         """Start a command in the background (output to a log under the root)."""
-        log = open(self.root / "popen.log", "ab")
-        return subprocess.Popen(list(args), cwd=cwd or self.root, env=self.env, stdout=log, stderr=log)
+        with open(self.root / "popen.log", "ab") as log:  # the child keeps its own copy of the fd
+            return subprocess.Popen(list(args), cwd=cwd or self.root, env=self.env, stdout=log, stderr=log)
 
     def git(self, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run("git", *args, cwd=cwd, check=check)

@@ -13,7 +13,7 @@ class XetBackend(Protocol):
     def cache_key(self) -> str:
         """Identifies the store, so caches (shards, resume state) are kept per store."""
 
-    def upload_xorb(self, xorb_hex: str, body: bytes) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         """Store a footerless xorb; True if it was new. Idempotent."""
 
     def upload_shard(self, body: bytes) -> bool:

@@ -125,7 +125,7 @@ class HttpCasBackend:
         return headers | (extra or {})
 
     def _request(
-        self, what: str, method: str, path: str, *, ok: tuple[int, ...] = (200,), body: bytes | None = None, **kwargs
+        self, what: str, method: str, path: str, *, ok: tuple[int, ...] = (200,), body: bytes | memoryview | None = None, **kwargs
     ) -> httpx.Response:
         """One authenticated CAS call with retries; a 401 refreshes the token once."""
         extra_headers = kwargs.pop("headers", None) or {}
@@ -153,7 +153,7 @@ class HttpCasBackend:
 
     # ------------------------------------------------------------------ uploads
 
-    def upload_xorb(self, xorb_hex: str, body: bytes) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         resp = self._request(f"upload of xorb {xorb_hex[:12]}", "POST", f"/v1/xorbs/default/{xorb_hex}", body=body)
         try:
             return bool(resp.json()["was_inserted"])

@@ -25,7 +25,7 @@ class LocalStoreBackend:
     def cache_key(self) -> str:
         return f"local:{self.root}"
 
-    def upload_xorb(self, xorb_hex: str, body: bytes) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         try:
             return self.store.put_xorb(xorb_hex, body)
         except StoreError as exc:

@@ -137,7 +137,7 @@ class CasStore:
 
     # ------------------------------------------------------------------ xorbs
 
-    def put_xorb(self, xorb_hex: str, body: bytes) -> bool:
+    def put_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         """Verify and store an uploaded xorb; True if it was new.
 
         The chunks are decoded and hashed; the xorb is accepted only if they hash to
