@@ -14,8 +14,9 @@ import httpx
 
 from ..client.backend import XetBackend
 from ..client.errors import NotFoundError, TransferError
-from ..client.http_backend import HttpCasBackend, make_http_client
+from ..client.http_backend import HttpCasBackend, HttpStatusError, make_http_client
 from ..client.local_backend import LocalStoreBackend
+from ..client.retry import RetryPolicy, with_retries
 from ..client.shard_cache import ShardCache, default_cache_root
 from ..client.tokens import RefreshingToken, StaticToken
 from ..core.hashes import is_hash_hex
@@ -75,18 +76,21 @@ class AgentSession:
     def _lfs_batch(self, endpoint: str, operation: str, transfers: list[str], oid: str, size: int, headers: dict[str, str]) -> tuple[str | None, dict]:
         """One-object LFS batch call: (the transfer the server chose, the object's entry, which
         may carry a per-object `error` for the caller to judge)."""
-        try:
+
+        def attempt() -> httpx.Response:
             resp = self._http_client().post(
                 f"{endpoint}/objects/batch",
                 json={"operation": operation, "transfers": transfers, "objects": [{"oid": oid, "size": size}], "hash_algo": "sha256"},
                 headers={"Accept": "application/vnd.git-lfs+json", "Content-Type": "application/vnd.git-lfs+json", **headers},
             )
-        except httpx.TransportError as exc:
-            raise TransferError(f"cannot reach the LFS server {endpoint}: {exc}", retryable=True) from None
-        if resp.status_code in (401, 403):
-            raise TransferError(f"the LFS server refused your credentials (HTTP {resp.status_code}); set HF_TOKEN or store them with `git credential approve`")
-        if resp.status_code != 200:
-            raise TransferError(f"LFS batch request to {endpoint} failed: HTTP {resp.status_code}", retryable=resp.status_code >= 500)
+            if resp.status_code in (401, 403):
+                raise TransferError(f"the LFS server refused your credentials (HTTP {resp.status_code}); set HF_TOKEN or store them with `git credential approve`")
+            if resp.status_code != 200:
+                raise HttpStatusError(f"LFS batch request to {endpoint}", resp)  # 429/5xx: retried
+            return resp
+
+        # The same retries (and Retry-After) as every CAS call: a busy server answers 429 here too.
+        resp = with_retries(f"LFS batch request to {endpoint}", attempt, RetryPolicy.from_env())
         try:
             body = resp.json()
             obj = body["objects"][0]

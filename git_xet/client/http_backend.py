@@ -40,7 +40,7 @@ def _body_slices(body: bytes | memoryview) -> Iterator[memoryview]:
         yield view[start : start + BODY_SLICE]
 
 
-class _HttpStatusError(TransferError):
+class HttpStatusError(TransferError):
     def __init__(self, what: str, resp: httpx.Response) -> None:
         try:
             detail = resp.json().get("error") or resp.json().get("message") or ""
@@ -146,7 +146,7 @@ class HttpCasBackend:
                 self.tokens.invalidate()
                 resp = send()
             if resp.status_code not in ok:
-                raise _HttpStatusError(what, resp)
+                raise HttpStatusError(what, resp)
             return resp
 
         return with_retries(what, attempt, self.policy)
@@ -240,7 +240,7 @@ class HttpCasBackend:
                     raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
                 if resp.status_code not in (200, 206):
                     resp.read()
-                    raise _HttpStatusError(f"download of xorb {fetch.xorb[:12]}", resp)
+                    raise HttpStatusError(f"download of xorb {fetch.xorb[:12]}", resp)
                 if resp.status_code == 200:  # the server ignored Range: cut our part out
                     data = resp.read()[fetch.byte_start : fetch.byte_end + 1]
                     received = len(data)
