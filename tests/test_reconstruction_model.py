@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from git_xet.core.constants import MAX_CHUNK_SIZE
 from git_xet.core.errors import FormatError
-from git_xet.core.reconstruction import FetchRange, Reconstruction, Term
+from git_xet.core.reconstruction import MAX_FETCH_RANGE_BYTES, FetchRange, Reconstruction, Term
 
 XORB_A = "a" * 64
 XORB_B = "b" * 64
@@ -30,7 +31,7 @@ def test_round_trip(version: int) -> None:
 
 @given(st.lists(st.tuples(st.integers(0, 100), st.integers(1, 50), st.integers(1, 10**6)), min_size=1, max_size=8), st.sampled_from([1, 2]))
 def test_round_trip_property(spans, version: int) -> None:
-    terms = tuple(Term(XORB_A, s, s + n, length) for s, n, length in spans)
+    terms = tuple(Term(XORB_A, s, s + n, min(length, n * MAX_CHUNK_SIZE)) for s, n, length in spans)
     fetches = tuple(FetchRange(XORB_A, s, s + n, s * 10, s * 10 + n * 10, f"u{i}") for i, (s, n, _) in enumerate(spans))
     plan = Reconstruction(0, terms, fetches)
     assert Reconstruction.from_json(plan.to_json(version)) == plan
@@ -62,6 +63,13 @@ def _mutations():
     yield bad
     bad = copy.deepcopy(base)
     bad["xorbs"][XORB_A] = {"url": "x"}
+    yield bad
+    # Sizes no xorb can have: a client would allocate them on the server's word.
+    bad = copy.deepcopy(base)
+    bad["xorbs"][XORB_A][0]["ranges"][0]["bytes"] = {"start": 0, "end": MAX_FETCH_RANGE_BYTES}
+    yield bad
+    bad = copy.deepcopy(base)
+    bad["terms"][1]["unpacked_length"] = MAX_CHUNK_SIZE + 1  # one chunk
     yield bad
 
 

@@ -26,6 +26,11 @@ USER_AGENT = f"git-xet/{__version__}"
 # Connect fast-ish, but let a busy server take its time on big bodies.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=60.0, read=300.0, write=300.0, pool=60.0)
 BODY_SLICE = 1 << 20
+# Bounds on what a server can make us read: the largest answer we parse (JSON, shard frames, a
+# dedup shard; a reconstruction of a heavily fragmented multi-GB file stays far below), and how
+# much of an error body we keep for its message.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+MAX_ERROR_BYTES = 64 * 1024
 
 
 def _body_slices(body: bytes | memoryview) -> Iterator[memoryview]:
@@ -80,19 +85,47 @@ def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     )
 
 
-def _read_exactly(resp: httpx.Response, size: int) -> tuple[bytearray, int]:
-    """Stream a body into one buffer of the expected size: no list of pieces joined at the end
-    (which briefly doubles a 16 MiB range in memory), and nothing past `size` is kept."""
+def _read_window(resp: httpx.Response, skip: int, size: int, *, exact: bool) -> tuple[bytearray, int]:
+    """Stream bytes [skip, skip + size) of a body into one buffer of `size` bytes: no list of
+    pieces joined at the end (which briefly doubles a 16 MiB range in memory), and nothing
+    outside the window is kept. With `exact`, a body longer than the window is an error;
+    otherwise (a server that ignored Range) reading stops at the window's end."""
     buf = bytearray(size)
     view = memoryview(buf)
     received = 0
     for piece in resp.iter_raw():
+        if skip:
+            cut = min(skip, len(piece))
+            piece, skip = piece[cut:], skip - cut
         if received + len(piece) > size:
-            raise TransferError(f"xorb range longer than the {size} bytes asked for", retryable=True)
+            if exact:
+                raise TransferError(f"xorb range longer than the {size} bytes asked for", retryable=True)
+            piece = piece[: size - received]
         view[received : received + len(piece)] = piece
         received += len(piece)
+        if received == size and not exact:
+            break
     view.release()
     return buf, received
+
+
+def _read_bounded(resp: httpx.Response, limit: int, *, truncate: bool = False) -> httpx.Response:
+    """Read a streamed answer's (decoded) body, at most `limit` bytes: beyond that, refuse it
+    (or, with `truncate`, keep only the first `limit` bytes, as for error messages)."""
+    parts: list[bytes] = []
+    received = 0
+    try:
+        for piece in resp.iter_bytes():
+            if received + len(piece) > limit:
+                if not truncate:
+                    raise TransferError(f"the server's answer is larger than {limit} bytes; refusing to read it")
+                parts.append(piece[: limit - received])
+                break
+            parts.append(piece)
+            received += len(piece)
+    finally:
+        resp.close()
+    return httpx.Response(resp.status_code, headers=resp.headers, content=b"".join(parts), request=resp.request)
 
 
 class HttpCasBackend:
@@ -136,18 +169,20 @@ class HttpCasBackend:
         def send() -> httpx.Response:
             if body is not None:
                 kwargs["content"] = _body_slices(body)  # a fresh iterator for every attempt
-            return self.http.request(method, self.endpoint + path, headers=self._headers(extra_headers), **kwargs)
+            request = self.http.build_request(method, self.endpoint + path, headers=self._headers(extra_headers), **kwargs)
+            return self.http.send(request, stream=True)
 
         def attempt() -> httpx.Response:
             nonlocal refreshed
             resp = send()
             if resp.status_code == 401 and not refreshed:
+                resp.close()
                 refreshed = True
                 self.tokens.invalidate()
                 resp = send()
             if resp.status_code not in ok:
-                raise HttpStatusError(what, resp)
-            return resp
+                raise HttpStatusError(what, _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
+            return _read_bounded(resp, MAX_ANSWER_BYTES)
 
         return with_retries(what, attempt, self.policy)
 
@@ -239,13 +274,10 @@ class HttpCasBackend:
                 if resp.status_code == 403:
                     raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
                 if resp.status_code not in (200, 206):
-                    resp.read()
-                    raise HttpStatusError(f"download of xorb {fetch.xorb[:12]}", resp)
-                if resp.status_code == 200:  # the server ignored Range: cut our part out
-                    data = resp.read()[fetch.byte_start : fetch.byte_end + 1]
-                    received = len(data)
-                else:
-                    data, received = _read_exactly(resp, expected)
+                    raise HttpStatusError(f"download of xorb {fetch.xorb[:12]}", _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
+                # 200: the server ignored Range and sends the whole object; take our window.
+                skip = fetch.byte_start if resp.status_code == 200 else 0
+                data, received = _read_window(resp, skip, expected, exact=resp.status_code == 206)
             if received != expected:
                 raise TransferError(f"xorb range for {fetch.xorb[:12]} truncated ({received} of {expected} bytes)", retryable=True)
             return data

@@ -9,12 +9,18 @@ end-INCLUSIVE (they go verbatim into HTTP Range headers).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .constants import MAX_XORB_CHUNKS
+from .constants import MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
 from .errors import FormatError
 from .hashes import is_hash_hex
+
+# The most bytes one fetch range can hold: a whole xorb of raw chunks (64 MiB of data plus a
+# header per chunk). Anything a server declares beyond this is refused before a byte is
+# allocated for it.
+MAX_FETCH_RANGE_BYTES = MAX_XORB_BYTES + 8 * MAX_XORB_CHUNKS
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,23 +54,46 @@ class Reconstruction:
     terms: tuple[Term, ...]
     fetches: tuple[FetchRange, ...] = field(default=())
 
-    def fetch_for(self, term: Term) -> FetchRange:
-        for fetch in self.fetches:
-            if fetch.covers(term):
-                return fetch
-        raise FormatError(f"no fetch range covers chunks [{term.chunk_start}, {term.chunk_end}) of xorb {term.xorb}")
+    def term_fetches(self) -> list[FetchRange]:
+        """For each term, a fetch range that covers it.
+
+        Indexed per xorb by start chunk, with the furthest-reaching range among those starting
+        at or before each point: O(n log n) for n terms and ranges, so a hostile answer cannot
+        make this quadratic.
+        """
+        by_xorb: dict[str, list[FetchRange]] = {}
+        for f in self.fetches:
+            by_xorb.setdefault(f.xorb, []).append(f)
+        index: dict[str, tuple[list[int], list[FetchRange]]] = {}
+        for xorb, ranges in by_xorb.items():
+            ranges.sort(key=lambda f: f.chunk_start)
+            reach: list[FetchRange] = []  # reach[i]: the range ending furthest among ranges[:i + 1]
+            for f in ranges:
+                reach.append(f if not reach or f.chunk_end > reach[-1].chunk_end else reach[-1])
+            index[xorb] = ([f.chunk_start for f in ranges], reach)
+        out = []
+        for term in self.terms:
+            starts, reach = index.get(term.xorb, ([], []))
+            i = bisect_right(starts, term.chunk_start) - 1
+            if i < 0 or not reach[i].covers(term):
+                raise FormatError(f"no fetch range covers chunks [{term.chunk_start}, {term.chunk_end}) of xorb {term.xorb}")
+            out.append(reach[i])
+        return out
 
     def validate(self) -> Reconstruction:
-        """Every term covered by a fetch range, ranges well formed; returns self."""
+        """Every term covered by a fetch range, every range and length within what one xorb can
+        hold (so no size a server declares makes a client allocate more); returns self."""
         if self.offset_into_first_range < 0 or (self.terms and self.offset_into_first_range >= self.terms[0].length):
             raise FormatError("offset_into_first_range outside the first term")
         for f in self.fetches:
             if not (0 <= f.chunk_start < f.chunk_end <= MAX_XORB_CHUNKS and 0 <= f.byte_start <= f.byte_end):
                 raise FormatError(f"malformed fetch range for xorb {f.xorb}")
+            if f.byte_end - f.byte_start + 1 > MAX_FETCH_RANGE_BYTES:
+                raise FormatError(f"fetch range of xorb {f.xorb} is larger than a xorb can be")
         for t in self.terms:
-            if not (0 <= t.chunk_start < t.chunk_end <= MAX_XORB_CHUNKS and t.length > 0):
+            if not (0 <= t.chunk_start < t.chunk_end <= MAX_XORB_CHUNKS and 0 < t.length <= (t.chunk_end - t.chunk_start) * MAX_CHUNK_SIZE):
                 raise FormatError(f"malformed term for xorb {t.xorb}")
-            self.fetch_for(t)
+        self.term_fetches()
         return self
 
     # ------------------------------------------------------------------ JSON

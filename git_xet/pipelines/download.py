@@ -1,9 +1,10 @@
 """Download a XET file (or a byte range of it) from any backend, verified, in bounded memory.
 
-Fetches run in parallel ahead of the writer, bounded in count and in bytes held; each xorb
-byte range is fetched once however many terms use it. Every term's decoded length is checked,
-and a whole-file download is checked against its XET file hash (the merkle hash of every
-chunk) and, when given, its sha256: corrupt or short data is never reported as success.
+Fetches run in parallel ahead of the writer, bounded in count and in bytes held; a xorb byte
+range used by several terms is kept for its next use while the budget allows, and fetched again
+otherwise (see fetch_schedule). Every term's decoded length is checked, and a whole-file
+download is checked against its XET file hash (the merkle hash of every chunk) and, when
+given, its sha256: corrupt or short data is never reported as success.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +26,7 @@ from ..core.hashes import chunk_hash, file_hash, hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.xorb import decode_chunk, parse_chunk_records
 from ..fsutil import atomic_output
+from .fetch_schedule import Load, plan_loads
 
 log = logging.getLogger("git_xet.download")
 
@@ -45,13 +46,31 @@ class DownloadResult:
     verified_file_hash: bool
 
 
-class _Fetcher:
-    """Fetch + decode one xorb range, re-querying the reconstruction when its URL expired."""
+Decoded = list[tuple[bytes | memoryview, bytes | None] | None]  # per chunk of a fetch range
 
-    def __init__(self, backend: XetBackend, file_hex: str, byte_range: tuple[int, int] | None) -> None:
+
+class _Fetcher:
+    """Fetch one xorb range and decode the chunks terms need from it, re-querying the
+    reconstruction when its URL expired.
+
+    `needed` maps each range to the chunk runs (with their promised decoded lengths) that
+    terms take from it: only those are decoded, and only after the chunk headers confirm the
+    promised lengths, so a server's word never makes us decompress more than the plan says.
+    """
+
+    def __init__(
+        self,
+        backend: XetBackend,
+        file_hex: str,
+        byte_range: tuple[int, int] | None,
+        needed: dict[FetchRange, set[tuple[int, int, int]]],
+        hash_chunks: bool,
+    ) -> None:
         self.backend = backend
         self.file_hex = file_hex
         self.byte_range = byte_range
+        self.needed = needed
+        self.hash_chunks = hash_chunks
         self._lock = threading.Lock()
         self.bytes_fetched = 0
 
@@ -63,9 +82,11 @@ class _Fetcher:
                 return fetch
         raise TransferError(f"the server no longer offers chunks [{stale.chunk_start}, {stale.chunk_end}) of xorb {stale.xorb}", retryable=True)
 
-    def __call__(self, fetch: FetchRange) -> list[tuple[bytes | memoryview, bytes]]:
-        """The range's chunks, decoded, each with its hash (computed here, in a worker thread,
-        so BLAKE3 runs beside the writer instead of in front of it)."""
+    def __call__(self, fetch: FetchRange) -> Decoded:
+        """The range's needed chunks, decoded, each with its hash when the file is verified
+        (computed here, in a worker thread, so BLAKE3 runs beside the writer); None for
+        chunks no term takes."""
+        planned = fetch
         for refresh in range(_MAX_URL_REFRESHES + 1):
             try:
                 raw = self.backend.fetch(fetch)
@@ -77,14 +98,35 @@ class _Fetcher:
                 fetch = self._refreshed(fetch)
         with self._lock:
             self.bytes_fetched += len(raw)
+        count = fetch.chunk_end - fetch.chunk_start
         try:
             records, end = parse_chunk_records(raw)
-            if end != len(raw) or len(records) != fetch.chunk_end - fetch.chunk_start:
-                raise FormatError(f"expected {fetch.chunk_end - fetch.chunk_start} whole chunks")
-            chunks = [decode_chunk(raw, r) for r in records]
+            if end != len(raw) or len(records) != count:
+                raise FormatError(f"expected {count} whole chunks")
+            out: Decoded = [None] * count
+            for start, stop, length in sorted(self.needed[planned]):
+                run = range(start - fetch.chunk_start, stop - fetch.chunk_start)
+                if sum(records[i].uncompressed_size for i in run) != length:
+                    raise FormatError(f"chunks [{start}, {stop}) do not hold the {length} bytes the plan promises")
+                for i in run:
+                    if out[i] is None:
+                        chunk = decode_chunk(raw, records[i])
+                        out[i] = (chunk, chunk_hash(chunk) if self.hash_chunks else None)
         except FormatError as exc:
             raise IntegrityError(f"xorb {fetch.xorb[:12]} range is corrupt: {exc}", retryable=True) from None
-        return [(chunk, chunk_hash(chunk)) for chunk in chunks]
+        return out
+
+
+def _plan_loads(plan: Reconstruction, term_fetches: list[FetchRange], budget: int) -> tuple[list[Load], list[int], dict[FetchRange, set[tuple[int, int, int]]]]:
+    """The fetch schedule, and per range the chunk runs terms take from it."""
+    needed: dict[FetchRange, set[tuple[int, int, int]]] = {}
+    for term, fetch in zip(plan.terms, term_fetches):
+        needed.setdefault(fetch, set()).add((term.chunk_start, term.chunk_end, term.length))
+    # What holding a range costs: its bytes, plus the decoded runs (a raw chunk decodes to a
+    # view of those bytes, so this over-counts incompressible data: a safe bound).
+    cost = {f: f.byte_end - f.byte_start + 1 + sum(length for _s, _e, length in runs) for f, runs in needed.items()}
+    loads, serving = plan_loads(term_fetches, cost, budget)
+    return loads, serving, needed
 
 
 def download(
@@ -99,59 +141,62 @@ def download(
     max_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES,
     progress: Callable[[int], None] | None = None,
 ) -> DownloadResult:
-    """Write the file (or the inclusive byte range) to `out`; raises on any mismatch."""
+    """Write the file (or the inclusive byte range) to `out`; raises on any mismatch.
+
+    Memory: fetched and decoded bytes held at once stay within `max_inflight_bytes`, or one
+    fetch range when a single range is larger than that (see fetch_schedule).
+    """
     whole = byte_range is None
     digest = hashlib.sha256() if sha256 and whole else None
     if whole and file_hex == hash_to_hex(ZERO_HASH):
         plan = Reconstruction(0, ())
     else:
         plan = backend.reconstruction(file_hex, byte_range)
-    want = None if whole else byte_range[1] - byte_range[0] + 1
+    want = None if byte_range is None else byte_range[1] - byte_range[0] + 1
+    try:
+        term_fetches = plan.term_fetches()
+    except FormatError as exc:
+        raise TransferError(f"malformed reconstruction of {file_hex}: {exc}", retryable=True) from None
+    loads, serving, needed = _plan_loads(plan, term_fetches, max_inflight_bytes)
 
-    order: list[FetchRange] = []
-    uses: dict[FetchRange, int] = {}
-    decoded: dict[FetchRange, int] = {}
-    term_fetch = []
-    for term in plan.terms:
-        fetch = plan.fetch_for(term)
-        if fetch not in uses:
-            order.append(fetch)
-            uses[fetch] = 0
-            decoded[fetch] = 0
-        uses[fetch] += 1
-        decoded[fetch] += term.length
-        term_fetch.append(fetch)
-
-    fetcher = _Fetcher(backend, file_hex, byte_range)
-    pending: deque[FetchRange] = deque(order)
-    futures: dict[FetchRange, Future[list[tuple[bytes | memoryview, bytes]]]] = {}
-    inflight = 0
+    fetcher = _Fetcher(backend, file_hex, byte_range, needed, hash_chunks=whole)
+    futures: dict[int, Future[Decoded]] = {}  # load index -> its fetch, until its last term
+    submitted = 0  # loads are started in order: loads[:submitted] have been
+    held = 0  # cost of the loads in `futures`
     hashes_seen: list[bytes] = []
     sizes_seen: list[int] = []
     written = 0
     skip = plan.offset_into_first_range
 
-    def cost(f: FetchRange) -> int:
-        return f.byte_end - f.byte_start + 1 + decoded[f]
-
     with ThreadPoolExecutor(max_workers=max(1, max_parallel), thread_name_prefix="git-xet-fetch") as pool:
 
-        def top_up() -> None:
-            nonlocal inflight
-            while pending and (not futures or (len(futures) < 2 * max_parallel and inflight + cost(pending[0]) <= max_inflight_bytes)):
-                f = pending.popleft()
-                futures[f] = pool.submit(fetcher, f)
-                inflight += cost(f)
+        def top_up(position: int) -> None:
+            """Start the load the writer needs at `position`, and read ahead within the budget.
+
+            The needed load always starts: the schedule guarantees that what is still held
+            at its first term leaves room for it."""
+            nonlocal submitted, held
+            while submitted < len(loads):
+                load = loads[submitted]
+                if load.first_term > position:
+                    running = sum(1 for f in futures.values() if not f.done())
+                    if running >= 2 * max_parallel or (held and held + load.cost > max_inflight_bytes):
+                        return
+                futures[submitted] = pool.submit(fetcher, load.key)
+                held += load.cost
+                submitted += 1
 
         try:
-            for term, fetch in zip(plan.terms, term_fetch):
-                top_up()
-                chunks = futures[fetch].result()
-                part = chunks[term.chunk_start - fetch.chunk_start : term.chunk_end - fetch.chunk_start]
-                if sum(len(c) for c, _ in part) != term.length:
-                    raise IntegrityError(f"a term of xorb {term.xorb[:12]} decodes to the wrong length", retryable=True)
-                for chunk, hashed in part:
-                    if whole:
+            for position, term in enumerate(plan.terms):
+                top_up(position)
+                index = serving[position]
+                load = loads[index]
+                chunks = futures[index].result()
+                first = term.chunk_start - term_fetches[position].chunk_start
+                for entry in chunks[first : first + term.chunk_end - term.chunk_start]:
+                    assert entry is not None, "the fetcher decodes every chunk a term takes"
+                    chunk, hashed = entry
+                    if hashed is not None:
                         hashes_seen.append(hashed)
                         sizes_seen.append(len(chunk))
                     view = memoryview(chunk)[skip:]
@@ -165,10 +210,10 @@ def download(
                         written += len(view)
                         if progress:
                             progress(len(view))
-                uses[fetch] -= 1
-                if uses[fetch] == 0:
-                    del futures[fetch]
-                    inflight -= cost(fetch)
+                del chunks
+                if load.last_term == position:
+                    del futures[index]
+                    held -= load.cost
         finally:
             for future in futures.values():
                 future.cancel()
@@ -181,7 +226,7 @@ def download(
         verified = True
         if size is not None and written != size:
             raise IntegrityError(f"downloaded {written} bytes of {file_hex}, expected {size}")
-        if digest is not None and digest.hexdigest() != sha256.lower():
+        if digest is not None and sha256 is not None and digest.hexdigest() != sha256.lower():
             raise IntegrityError(f"downloaded data does not match sha256 {sha256}")
     elif written != want:
         raise IntegrityError(f"byte range {byte_range} of {file_hex}: got {written} of {want} bytes", retryable=True)

@@ -1,8 +1,19 @@
 """Plan a reconstruction from stored file terms: the chunk runs covering a byte range, and
-the merged xorb byte ranges to fetch for them (without URLs; the server signs those)."""
+the xorb byte ranges to fetch for them (without URLs; the server signs those).
+
+Guarantees, whatever the layout of the file (repeated regions, interleaved xorbs, one xorb
+referenced hundreds of times):
+
+- every fetch range holds at most MAX_FETCH_BYTES, both serialized and decoded, so clients can
+  download in parallel in bounded memory (a whole 64 MiB xorb in one signed range is neither);
+- the fetch ranges of one xorb are disjoint: each stored byte is fetched once per plan, however
+  many terms use it;
+- every term lies within exactly one fetch range (terms are cut where a fetch range ends).
+"""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 
 from ..core.hashes import hash_to_hex
@@ -38,62 +49,82 @@ def _select(terms: Sequence[FileTerm], layouts: Mapping[str, XorbLayout], start:
                 last = idx
                 length += size
             pos += size
-        if first is not None:
+        if first is not None and last is not None:
             out.append(Term(xorb, first, last + 1, length))
     return out, offset_into_first
 
 
-def _split(terms: Sequence[Term], layouts: Mapping[str, XorbLayout]) -> list[Term]:
-    """Cut terms so no piece exceeds MAX_FETCH_BYTES serialized or decoded.
-
-    Bounded fetches let clients download in parallel with bounded memory (a whole 64 MiB xorb
-    in one signed range would be neither), and a term must lie within one fetch range.
-    """
-    out: list[Term] = []
-    for term in terms:
-        layout = layouts[term.xorb]
-        start = term.chunk_start
-        while start < term.chunk_end:
-            end = start
-            raw = unpacked = 0
-            while end < term.chunk_end:
-                size = layout.chunk_sizes[end]
-                record = layout.byte_ends[end] - (layout.byte_ends[end - 1] if end else 0)
-                if end > start and (raw + record > MAX_FETCH_BYTES or unpacked + size > MAX_FETCH_BYTES):
-                    break
-                raw += record
-                unpacked += size
-                end += 1
-            out.append(Term(term.xorb, start, end, unpacked))
-            start = end
-    # The first piece keeps offset_into_first_range valid: splitting only moves later bytes.
+def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted union of half-open chunk ranges; touching ranges join (one request, not two)."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(ranges):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
     return out
 
 
-def _merged(terms: Sequence[Term]) -> dict[str, list[tuple[int, int]]]:
-    """Per xorb, the union of needed chunk ranges (overlapping ones merged)."""
-    by_xorb: dict[str, list[tuple[int, int]]] = {}
+def _cut(layout: XorbLayout, start: int, end: int) -> list[int]:
+    """Chunk indices that cut chunks [start, end) into pieces of at most MAX_FETCH_BYTES
+    serialized and decoded (a piece always holds at least one chunk), ends included."""
+    cuts = []
+    piece_start = start
+    raw = unpacked = 0
+    for idx in range(start, end):
+        record = layout.byte_ends[idx] - (layout.byte_ends[idx - 1] if idx else 0)
+        size = layout.chunk_sizes[idx]
+        if idx > piece_start and (raw + record > MAX_FETCH_BYTES or unpacked + size > MAX_FETCH_BYTES):
+            cuts.append(idx)
+            piece_start, raw, unpacked = idx, 0, 0
+        raw += record
+        unpacked += size
+    cuts.append(end)
+    return cuts
+
+
+def _fetch_bounds(terms: Sequence[Term], layouts: Mapping[str, XorbLayout]) -> dict[str, list[int]]:
+    """Per xorb, the sorted chunk indices where one fetch range ends and the next may begin:
+    the union of the chunks the terms need, cut into bounded pieces."""
+    needed: dict[str, list[tuple[int, int]]] = {}
     for term in terms:
-        by_xorb.setdefault(term.xorb, []).append((term.chunk_start, term.chunk_end))
-    merged: dict[str, list[tuple[int, int]]] = {}
-    for xorb, ranges in by_xorb.items():
-        out: list[tuple[int, int]] = []
-        for s, e in sorted(ranges):
-            if out and s < out[-1][1]:
-                out[-1] = (out[-1][0], max(out[-1][1], e))
-            else:
-                out.append((s, e))
-        merged[xorb] = out
-    return merged
+        needed.setdefault(term.xorb, []).append((term.chunk_start, term.chunk_end))
+    bounds: dict[str, list[int]] = {}
+    for xorb, ranges in needed.items():
+        points: list[int] = []
+        for s, e in _union(ranges):
+            points.append(s)
+            points += _cut(layouts[xorb], s, e)
+        bounds[xorb] = points
+    return bounds
+
+
+def _piece_length(layout: XorbLayout, start: int, end: int) -> int:
+    return sum(layout.chunk_sizes[start:end])
 
 
 def plan_reconstruction(terms: Sequence[FileTerm], layouts: Mapping[str, XorbLayout], byte_range: tuple[int, int]) -> Reconstruction:
-    """Reconstruction of file bytes [start, end] (inclusive); each xorb range fetched once."""
+    """Reconstruction of file bytes [start, end] (inclusive) with the guarantees above."""
     selected, offset = _select(terms, layouts, *byte_range)
-    selected = _split(selected, layouts)
-    fetches = []
-    for xorb, ranges in _merged(selected).items():
-        for s, e in ranges:
-            b0, b1 = layouts[xorb].byte_range(s, e)
-            fetches.append(FetchRange(xorb, s, e, b0, b1))
-    return Reconstruction(offset, tuple(selected), tuple(fetches))
+    bounds = _fetch_bounds(selected, layouts)
+    pieces: list[Term] = []
+    fetches: dict[tuple[str, int], FetchRange] = {}
+    for term in selected:
+        layout = layouts[term.xorb]
+        points = bounds[term.xorb]
+        start = term.chunk_start
+        while start < term.chunk_end:
+            # points holds (start, cuts..., end) per union interval; the next point after
+            # `start` ends the fetch range that contains it.
+            at = bisect_right(points, start)
+            range_start, range_end = points[at - 1], points[at]
+            end = min(term.chunk_end, range_end)
+            length = term.length if (start, end) == (term.chunk_start, term.chunk_end) else _piece_length(layout, start, end)
+            pieces.append(Term(term.xorb, start, end, length))
+            if (term.xorb, range_start) not in fetches:
+                b0, b1 = layout.byte_range(range_start, range_end)
+                fetches[(term.xorb, range_start)] = FetchRange(term.xorb, range_start, range_end, b0, b1)
+            start = end
+    # Cutting the first term keeps offset_into_first_range valid: the offset lies within the
+    # first chunk, and every piece holds at least one chunk.
+    return Reconstruction(offset, tuple(pieces), tuple(fetches.values()))
