@@ -10,23 +10,33 @@ from pathlib import Path
 from typing import BinaryIO
 
 
+TEMP_SUFFIX = ".tmp"  # what a writer killed mid-write leaves behind: `.<name>.<random>.tmp`
+
+
 @contextmanager
-def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[BinaryIO]:
+def atomic_output(path: Path, *, mode: int = 0o644, replace: bool = True) -> Iterator[BinaryIO]:
     """A file to write that appears at `path` whole, or not at all, even after a crash.
 
     Writes go to a temp file in the same directory; on success it is fsynced, given `mode`,
     renamed over `path` and the directory fsynced. On any error the temp file is removed.
+    With replace=False an existing `path` wins: FileExistsError is raised and it is left
+    untouched (the temp file is hard-linked into place, which fails atomically if `path`
+    exists: of racing writers exactly one succeeds).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+            os.unlink(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -40,9 +50,9 @@ def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[BinaryIO]:
         os.close(dir_fd)
 
 
-def atomic_write(path: Path, *parts: bytes | memoryview, mode: int = 0o644) -> None:
+def atomic_write(path: Path, *parts: bytes | memoryview, mode: int = 0o644, replace: bool = True) -> None:
     """Write the concatenation of `parts` atomically (see atomic_output). Several parts avoid
     building one big buffer (e.g. a xorb body and its footer)."""
-    with atomic_output(path, mode=mode) as out:
+    with atomic_output(path, mode=mode, replace=replace) as out:
         for part in parts:
             out.write(part)

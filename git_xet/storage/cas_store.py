@@ -14,6 +14,7 @@ whose xorbs are missing.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import struct
 import threading
@@ -25,7 +26,7 @@ from pathlib import Path
 from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileTerm, Shard, parse_shard
-from ..core.xorb import decode_chunk, parse_chunk_records, verify_xorb
+from ..core.xorb import VerifiedXorb, decode_chunk, parse_chunk_records, verify_xorb
 from .errors import RequestRefused
 from .objects import DirectoryObjectStore, ObjectStore
 
@@ -58,6 +59,7 @@ CREATE TABLE IF NOT EXISTS shards (
 """
 
 _TERM = struct.Struct("<32sIIII")
+log = logging.getLogger("git_xet.storage")
 
 
 class StoreError(RequestRefused):
@@ -93,6 +95,22 @@ def _pack_u32s(values: tuple[int, ...]) -> bytes:
 
 def _unpack_u32s(blob: bytes) -> tuple[int, ...]:
     return struct.unpack(f"<{len(blob) // 4}I", blob)
+
+
+def _insert_layout(db: sqlite3.Connection, xorb_hex: str, verified: VerifiedXorb) -> None:
+    """Index a stored xorb's layout (first one wins: it describes the object first stored)."""
+    db.execute(
+        "INSERT OR IGNORE INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            xorb_hex.lower(),
+            len(verified.chunk_hashes),
+            len(verified.body),
+            sum(verified.chunk_sizes),
+            b"".join(verified.chunk_hashes),
+            _pack_u32s(verified.byte_ends),
+            _pack_u32s(verified.chunk_sizes),
+        ),
+    )
 
 
 class CasStore:
@@ -142,6 +160,11 @@ class CasStore:
 
         The chunks are decoded and hashed; the xorb is accepted only if they hash to
         `xorb_hex`. The footer is rebuilt from what we computed, never trusted from the client.
+
+        Clients encode the same chunks differently (raw, LZ4, BG4; hf-xet's LZ4 frames differ
+        from ours), so racing uploads of one xorb carry different bytes. The first to create
+        the object wins; the index always describes the bytes actually stored, so a loser (or
+        a writer that died between the object and the index) indexes the winner's layout.
         """
         key = self.xorb_key(xorb_hex)
         expected = hashes.hex_to_hash(xorb_hex)
@@ -151,21 +174,34 @@ class CasStore:
             verified = verify_xorb(body, expected)
         except FormatError as exc:
             raise StoreError(400, f"rejected xorb {xorb_hex}: {exc}") from None
-        self.objects.put(key, verified.body, verified.footer().serialize())
+        created = self.objects.put_new(key, verified.body, verified.footer().serialize())
+        if created:
+            self._index_xorb(xorb_hex, verified)
+        else:
+            self._index_stored_xorb(xorb_hex, verified)
+        return created
+
+    def _index_xorb(self, xorb_hex: str, verified: VerifiedXorb) -> None:
         with self._db() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    xorb_hex.lower(),
-                    len(verified.chunk_hashes),
-                    len(verified.body),
-                    sum(verified.chunk_sizes),
-                    b"".join(verified.chunk_hashes),
-                    _pack_u32s(verified.byte_ends),
-                    _pack_u32s(verified.chunk_sizes),
-                ),
-            )
-        return True
+            _insert_layout(db, xorb_hex, verified)
+
+    def _index_stored_xorb(self, xorb_hex: str, ours: VerifiedXorb) -> None:
+        """Another writer created this xorb's object first: index what it stored.
+
+        An object that no longer verifies (damaged on disk) is replaced by ours, under the
+        index's write lock so that no second replacement can slip in between.
+        """
+        key = self.xorb_key(xorb_hex)
+        try:
+            verified = verify_xorb(self.objects.read(key), hashes.hex_to_hash(xorb_hex))
+        except FormatError:
+            with self._db() as db:
+                if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex.lower(),)).fetchone() is None:
+                    log.warning("xorb %s was damaged on disk; replacing it with a verified upload", xorb_hex)
+                    self.objects.put(key, ours.body, ours.footer().serialize())
+                    _insert_layout(db, xorb_hex, ours)
+            return
+        self._index_xorb(xorb_hex, verified)
 
     def xorb_layout(self, xorb_hex: str) -> XorbLayout | None:
         row = self._connection().execute(

@@ -1,20 +1,38 @@
 """Where the server keeps object bytes (xorbs, shards), behind a small interface.
 
 The SQLite index decides what exists; an ObjectStore only holds bytes under keys. A directory
-is the embedded default; an object-storage backend only needs these three methods.
+is the embedded default; an object-storage backend maps `put_new` to a conditional write
+(`If-None-Match: *`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from ..fsutil import atomic_write
+from ..fsutil import TEMP_SUFFIX, atomic_write
+
+log = logging.getLogger("git_xet.storage")
+
+WRITERS_LOCK = ".writers.lock"
 
 
 class ObjectStore(Protocol):
-    def put(self, key: str, *parts: bytes) -> None:
-        """Store the concatenation of `parts` durably under `key` (all or nothing)."""
+    def put(self, key: str, *parts: bytes | memoryview) -> None:
+        """Store the concatenation of `parts` durably under `key` (all or nothing), replacing
+        what was there."""
+
+    def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
+        """Like put, but only if `key` does not exist yet: False (and nothing changed) if it
+        does. Of writers racing on one key, exactly one gets True."""
+
+    def read(self, key: str) -> bytes:
+        """The whole object (FileNotFoundError if absent)."""
 
     def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
         """Bytes [start, end_inclusive] of the object (shorter if the object is shorter)."""
@@ -23,7 +41,12 @@ class ObjectStore(Protocol):
 
 
 class DirectoryObjectStore:
-    """Objects as files under a root directory; keys are relative paths of safe characters."""
+    """Objects as files under a root directory; keys are relative paths of safe characters.
+
+    Every write holds a shared lock on `<root>/.writers.lock`, so that a cleaner holding it
+    exclusively knows no write is under way (see remove_abandoned_temp_files). Several
+    processes may write at once: the agents of a push into a local store, or a server.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -34,8 +57,30 @@ class DirectoryObjectStore:
             raise ValueError(f"unsafe object key {key!r}")
         return self.root.joinpath(*parts)
 
-    def put(self, key: str, *parts: bytes) -> None:
-        atomic_write(self._path(key), *parts)
+    @contextmanager
+    def _writing(self, mode: int) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / WRITERS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, mode)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def put(self, key: str, *parts: bytes | memoryview) -> None:
+        with self._writing(fcntl.LOCK_SH):
+            atomic_write(self._path(key), *parts)
+
+    def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
+        with self._writing(fcntl.LOCK_SH):
+            try:
+                atomic_write(self._path(key), *parts, replace=False)
+            except FileExistsError:
+                return False
+        return True
+
+    def read(self, key: str) -> bytes:
+        return self._path(key).read_bytes()
 
     def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
         with open(self._path(key), "rb") as handle:
@@ -44,3 +89,25 @@ class DirectoryObjectStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def remove_abandoned_temp_files(self) -> int:
+        """Delete the temp files of writers that died mid-write; returns how many.
+
+        Only while no write is under way (the writers' lock is free): a temp file being
+        written is never removed. When some process is writing, nothing is removed now.
+        """
+        fd = os.open(self.root / WRITERS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("not removing temp files in %s: a write is under way", self.root)
+                return 0
+            removed = 0
+            for path in self.root.rglob(f".*{TEMP_SUFFIX}"):
+                if path.is_file():
+                    path.unlink(missing_ok=True)
+                    removed += 1
+            return removed
+        finally:
+            os.close(fd)
