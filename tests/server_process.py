@@ -32,12 +32,14 @@ class RunningServer:
 
 
 @contextmanager
-def running_server(data_dir: Path, *extra: str, port: int = 0) -> Iterator[RunningServer]:
+def running_server(data_dir: Path, *extra: str, port: int = 0, wrapper: tuple[str, ...] = ()) -> Iterator[RunningServer]:
+    """`git xet serve --data data_dir ...` on 127.0.0.1, run through `wrapper` (a command that
+    execs the rest of its arguments, e.g. to give the server its own mounts) when given."""
     log_path = data_dir.parent / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "git_xet", "serve", "--data", str(data_dir), "--port", str(port), *extra],
+            [*wrapper, sys.executable, "-m", "git_xet", "serve", "--data", str(data_dir), "--port", str(port), *extra],
             stdout=subprocess.PIPE, stderr=log, env=dict(os.environ),
         )  # fmt: skip
     try:

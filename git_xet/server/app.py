@@ -13,8 +13,10 @@ Routes (each also under /api/v1 as the draft spells them where it names one):
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -52,6 +54,16 @@ class ServerConfig:
     public_url: str | None = None  # base for xorb URLs; default: the request's own base URL
     url_ttl: int = 3600
     cas_token_ttl: int = 900  # CAS tokens handed out by the Hub emulation (the Hub uses ~15 min)
+
+
+DISK_FULL = "the server's disk is full; free space or grow its volume, then push again"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """No space (or quota) left: for files, and for SQLite's index."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -185,6 +197,12 @@ class CasApp:
             except StoreError as exc:
                 yield json.dumps({"type": "error", "message": exc.message, "retryable": False}).encode() + b"\n"
                 return
+            except (OSError, sqlite3.OperationalError) as exc:
+                if not is_disk_full(exc):
+                    raise
+                log.error("shard registration failed: %s", exc)
+                yield json.dumps({"type": "error", "message": DISK_FULL, "retryable": False}).encode() + b"\n"
+                return
             except Exception:  # noqa: BLE001 - reported in-band once the stream has started
                 log.exception("shard registration failed")
                 yield json.dumps({"type": "error", "message": "internal error registering the shard", "retryable": True}).encode() + b"\n"
@@ -261,6 +279,9 @@ class _AccessLog:
 
         try:
             await self.app(scope, receive_wrapper, send_wrapper)
+        except BaseException:
+            seen["status"] = seen["status"] or 500  # what the error middleware outside us sends
+            raise
         finally:
             log.info(
                 json.dumps(
@@ -290,9 +311,15 @@ def create_app(config: ServerConfig) -> Starlette:
     async def on_not_found(request: Request, exc: Exception) -> Response:
         return _error(404, "no such route")
 
+    async def on_storage_error(request: Request, exc: Exception) -> Response:
+        if not is_disk_full(exc):
+            raise exc
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        return _error(507, DISK_FULL)
+
     starlette = Starlette(
         routes=_routes(app) + hub_routes(hub),
-        exception_handlers={RequestRefused: on_refused, 404: on_not_found},
+        exception_handlers={RequestRefused: on_refused, 404: on_not_found, OSError: on_storage_error, sqlite3.OperationalError: on_storage_error},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect
     starlette.state.cas = app

@@ -7,13 +7,43 @@ import socket
 import sys
 from pathlib import Path
 
+from ..storage.objects import DirectoryObjectStore
 from .app import ServerConfig, create_app
+
+log = logging.getLogger("git_xet.server")
+
+
+def lock_data_dir(data_dir: Path) -> int | None:
+    """Hold `<data>/server.lock` for the life of this process (returns its descriptor), or
+    None when another server process holds it: two servers on one data directory would each
+    think the other's half-written files abandoned."""
+    import fcntl
+    import os
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "server.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 def serve(data_dir: Path, host: str, port: int, public_url: str | None, url_ttl: int, log_level: str, cas_token_ttl: int = 900) -> int:
     import uvicorn
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    data_dir = Path(data_dir)
+    if lock_data_dir(data_dir) is None:
+        holder = (data_dir / "server.lock").read_text().strip() or "?"
+        print(f"git-xet serve: {data_dir} is in use by another git-xet server (pid {holder}); stop it or use another --data", file=sys.stderr)
+        return 1
+    removed = DirectoryObjectStore(data_dir).remove_abandoned_temp_files()
+    if removed:
+        log.info("removed %d temp files left by an interrupted write", removed)
     app = create_app(ServerConfig(Path(data_dir), public_url, url_ttl, cas_token_ttl))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
