@@ -46,7 +46,9 @@ def serve(data_dir: Path, host: str, port: int, public_url: str | None, url_ttl:
         log.info("removed %d temp files left by an interrupted write", removed)
     app = create_app(ServerConfig(Path(data_dir), public_url, url_ttl, cas_token_ttl))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it every keep-alive request after the first waited ~45 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
