@@ -31,7 +31,8 @@ setup(
             "git_xet.core._gearhash",
             sources=["git_xet/core/_gearhash.c"],
             extra_compile_args=["-O3"],
-        )
+        ),
+        Extension("git_xet.core._crc64", sources=["git_xet/core/_crc64.c"], extra_compile_args=["-O3"]),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

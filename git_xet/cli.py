@@ -154,7 +154,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"git-xet serve: the server needs extra packages ({exc.name}); install with: pip install 'git-xet[server]'", file=sys.stderr)
         return 1
-    return serve(args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl)
+    return serve(args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl, not args.no_upload_grants)
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
@@ -231,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--public-url", help="base URL clients reach this server at (default: from each request)")
     serve.add_argument("--url-ttl", type=int, default=3600, help="lifetime of signed xorb URLs, seconds")
     serve.add_argument("--cas-token-ttl", type=int, default=900, help="lifetime of CAS tokens the LFS batch API and token routes hand out, seconds")
+    serve.add_argument("--no-upload-grants", action="store_true", help="do not offer upload grants (clients then POST xorbs to /v1/xorbs)")
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_cmd_serve)
 

@@ -44,6 +44,9 @@ class FaultPlan:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stall_seconds: float = 60.0
     held: threading.Event = field(default_factory=threading.Event)  # set once a request is held
+    # Answer matching requests with these statuses instead of forwarding them, one per request
+    # in order (e.g. {"/v1/xorb-uploads/": [403]}: the first grant PUT is refused as expired).
+    statuses: dict[str, list[int]] = field(default_factory=dict)
 
     def release(self) -> None:
         with self.lock:
@@ -51,6 +54,10 @@ class FaultPlan:
 
     def decide(self, path: str) -> str | None:
         with self.lock:
+            for key, queue in self.statuses.items():
+                if key in path and queue:
+                    self.faults_injected += 1
+                    return str(queue.pop(0))
             for key, allowed in self.hold.items():
                 if key in path:
                     count = self.seen.get("hold" + key, 0)
@@ -128,7 +135,7 @@ def fault_proxy(upstream: str, plan: FaultPlan | FaultRate) -> Iterator[str]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             fault = plan.decide(self.path)
-            if fault in ("500", "503", "429"):
+            if fault is not None and fault.isdigit():
                 self._send_error(int(fault))
                 return
             if fault == "reset_before":

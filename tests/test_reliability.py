@@ -128,7 +128,7 @@ def test_tokens_and_xorb_urls_expiring_mid_transfer_are_renewed(tmp_path: Path) 
     is met by a renewal, and the data arrives byte-exact."""
     g = make_git_env(tmp_path)
     files = {"weights.bin": random_bytes(5 * MIB, 21), "small.bin": random_bytes(10_000, 22)}
-    plan = FaultPlan(delay={"/v1/xorbs/": 1, "/v1/xorb-data/": 2}, delay_seconds=2.5)
+    plan = FaultPlan(delay={"/v1/xorb-grants/": 1, "/v1/xorb-data/": 2}, delay_seconds=2.5)
     with running_server(tmp_path / "srv" / "data", "--cas-token-ttl", "8", "--url-ttl", "2") as srv, fault_proxy(srv.url, plan) as proxy:
         user_token = srv.token("write")
         g.git_xet("install")  # no standalone mode: the server negotiates, as the Hub does
@@ -141,7 +141,8 @@ def test_tokens_and_xorb_urls_expiring_mid_transfer_are_renewed(tmp_path: Path) 
     assert plan.faults_injected == 3
     assert [e for e in log if e["path"].startswith("/v1/xorb-data/") and e["status"] == 403], "no xorb URL expired"
     assert len([e for e in log if "-token/" in e["path"]]) >= 2, "no token was renewed"
-    assert not [e for e in log if e["status"] == 401 and e["path"].startswith("/v1/xorbs/")], "a write went out with an expired token"
+    writes = ("/v1/xorbs/", "/v1/xorb-grants/", "/v1/xorb-commits/", "/v2/shards")
+    assert not [e for e in log if e["status"] == 401 and e["path"].startswith(writes)], "a write went out with an expired token"
 
 
 # --------------------------------------------------------------------------------- crashes
@@ -171,15 +172,16 @@ def _assert_not_exposed(srv_url: str, token: str, file_hex: str) -> None:
     assert resp.status_code == 404, resp.text
 
 
-def _xorb_posts(srv: RunningServer) -> list[str]:
-    return [e["path"] for e in _access_log(srv) if e["path"].startswith("/v1/xorbs/") and e["status"] == 200]
+def _xorb_uploads(srv: RunningServer) -> list[str]:
+    """The xorbs stored through upload grants (their PUTs), in order."""
+    return [e["path"] for e in _access_log(srv) if e["path"].startswith("/v1/xorb-uploads/") and e["status"] == 200]
 
 
 def test_kill_9_agent_mid_push_then_the_next_push_resends_only_what_is_missing(tmp_path: Path) -> None:
     g = make_git_env(tmp_path)
     _retry_env(g)
     data = random_bytes(150 * MIB, 8)  # three xorbs
-    plan = FaultPlan(hold={"/v1/xorbs/": 1})
+    plan = FaultPlan(hold={"/v1/xorb-uploads/": 1})
     with running_server(tmp_path / "srv" / "data") as srv, fault_proxy(srv.url, plan) as proxy:
         g.git_xet("install", "--standalone", proxy)
         token = srv.token("write")
@@ -191,13 +193,13 @@ def test_kill_9_agent_mid_push_then_the_next_push_resends_only_what_is_missing(t
         for pid in agents:
             os.kill(pid, signal.SIGKILL)
         assert push.wait(timeout=120) != 0
-        first = _xorb_posts(srv)
+        first = _xorb_uploads(srv)
         assert len(first) == 1  # one xorb stored, the second held when the agent died
         _assert_not_exposed(srv.url, token, _file_hex(data))
 
         plan.release()
         g.git("push", "-q", "origin", "main", cwd=work)
-        second = _xorb_posts(srv)[1:]
+        second = _xorb_uploads(srv)[1:]
         assert first[0] not in second, "the xorb stored before the crash was sent again"
         assert 1 <= len(second) <= 2
         _assert_clone_matches(g, "repo.git", "clone", {"model.bin": data})
@@ -210,7 +212,7 @@ def test_kill_9_server_mid_push_then_restart_and_push_again(tmp_path: Path) -> N
     data = random_bytes(150 * MIB, 9)
     port = _free_port()
     data_dir = tmp_path / "srv" / "data"
-    plan = FaultPlan(hold={"/v1/xorbs/": 1}, stall_seconds=5.0)
+    plan = FaultPlan(hold={"/v1/xorb-uploads/": 1}, stall_seconds=5.0)
     with running_server(data_dir, port=port) as srv, fault_proxy(srv.url, plan) as proxy:
         g.git_xet("install", "--standalone", proxy)
         token = srv.token("write")
@@ -229,9 +231,9 @@ def test_kill_9_server_mid_push_then_restart_and_push_again(tmp_path: Path) -> N
             for xorb_file in (data_dir / "xorbs").rglob("*"):
                 if xorb_file.is_file() and not xorb_file.name.startswith("."):
                     verify_xorb(xorb_file.read_bytes())
-            stored_before = len(_xorb_posts(restarted))
+            stored_before = len(_xorb_uploads(restarted))
             g.git("push", "-q", "origin", "main", cwd=work)
-            assert len(_xorb_posts(restarted)) - stored_before <= 2  # the stored xorb is not resent
+            assert len(_xorb_uploads(restarted)) - stored_before <= 2  # the stored xorb is not resent
             assert store.file_by_sha256(hashlib.sha256(data).hexdigest()) is not None
             _assert_clone_matches(g, "repo.git", "clone", {"model.bin": data})
 

@@ -56,7 +56,7 @@ def test_a_full_disk_answers_507_and_is_not_retried(tmp_path: Path, monkeypatch:
         assert status == 507, "the 6 MiB disk never filled"
         assert "disk is full" in message and "failed after" not in message  # said once, not retried
         assert 1 <= len(stored) <= 3
-        records = [json.loads(line.split(" ", 3)[-1]) for line in server.log().splitlines() if '"path": "/v1/xorbs/' in line]
+        records = [json.loads(line.split(" ", 3)[-1]) for line in server.log().splitlines() if '"path": "/v1/xorb-uploads/' in line]
         assert [r["status"] for r in records] == [200] * len(stored) + [507]
         # What was stored before the disk filled is still whole.
         assert httpx.get(server.url + "/health").status_code == 200

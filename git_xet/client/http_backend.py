@@ -8,10 +8,12 @@ import os
 import ssl
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import httpx
 
 from .. import __version__
+from ..core.checksums import crc64nvme
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
@@ -43,6 +45,38 @@ def _body_slices(body: bytes | memoryview) -> Iterator[memoryview]:
     view = memoryview(body)
     for start in range(0, len(view), BODY_SLICE):
         yield view[start : start + BODY_SLICE]
+
+
+MAX_GRANTS = 3  # per xorb, as hf-xet (HF_XET_CLIENT_MAX_XORB_GRANT_ATTEMPTS)
+
+
+def _legacy_upload() -> bool:
+    """$GIT_XET_LEGACY_DIRECT_XORB_UPLOAD=1 (or hf-xet's own switch) skips upload grants."""
+    return any(os.environ.get(name) == "1" for name in ("GIT_XET_LEGACY_DIRECT_XORB_UPLOAD", "HF_XET_CLIENT_LEGACY_DIRECT_XORB_UPLOAD"))
+
+
+@dataclass(frozen=True)
+class _Grant:
+    """Where and how to PUT one xorb: the server's word, used verbatim."""
+
+    id: str
+    method: str
+    url: str
+    headers: dict[str, str]
+
+    def __repr__(self) -> str:
+        return f"_Grant({self.id!r}, {self.method}, <url hidden>)"  # presigned URLs are credentials
+
+    @classmethod
+    def parse(cls, resp: httpx.Response) -> _Grant:
+        try:
+            body = resp.json()
+            grant = cls(str(body["id"]), str(body["method"]).upper(), str(body["url"]), {str(k): str(v) for k, v in body["headers"].items()})
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise TransferError("the server answered an upload grant request with something unexpected", retryable=True) from None
+        if not grant.url.startswith(("https://", "http://")) or not grant.id.replace("-", "").replace("_", "").isalnum():
+            raise TransferError("the server granted an upload to an unusable URL or id")
+        return grant
 
 
 class HttpStatusError(TransferError):
@@ -143,6 +177,7 @@ class HttpCasBackend:
         self.session_id = session_id or str(uuid.uuid4())
         self.policy = policy or RetryPolicy.from_env()
         self.http = http or make_http_client()
+        self._grants_offered = True  # until the server answers a grant request with 404
 
     @property
     def cache_key(self) -> str:
@@ -189,11 +224,63 @@ class HttpCasBackend:
     # ------------------------------------------------------------------ uploads
 
     def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
+        """Through an upload grant where the server offers them (as hf-xet >= 1.8 does: the
+        bytes may go straight to object storage), else `POST /v1/xorbs`."""
+        if self._grants_offered and crc64nvme is not None and not _legacy_upload():
+            uploaded = self._upload_granted(xorb_hex, body)
+            if uploaded is not None:
+                return uploaded
         resp = self._request(f"upload of xorb {xorb_hex[:12]}", "POST", f"/v1/xorbs/default/{xorb_hex}", body=body)
         try:
             return bool(resp.json()["was_inserted"])
         except (ValueError, KeyError, TypeError):
             raise TransferError("the server answered a xorb upload with something unexpected", retryable=True) from None
+
+    def _upload_granted(self, xorb_hex: str, body: bytes | memoryview) -> bool | None:
+        """Grant, PUT, commit; True if this upload stored the xorb, False if it was already
+        stored, None if the server offers no grants (then remembered for this backend).
+
+        hf-xet's contract: grant 200 = stored already; 404 = no grants; PUT 412 = an earlier
+        attempt uploaded it; PUT 403 (expired) or commit 404 (nothing arrived) = a new grant,
+        at most MAX_GRANTS per xorb.
+        """
+        assert crc64nvme is not None
+        what = f"upload grant for xorb {xorb_hex[:12]}"
+        payload = {"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc64nvme(body))}}
+        for _ in range(MAX_GRANTS):
+            resp = self._request(what, "POST", f"/v1/xorb-grants/default/{xorb_hex}", ok=(200, 201, 404), json=payload)
+            if resp.status_code == 404:
+                log.info("the server offers no upload grants; uploading xorbs directly")
+                self._grants_offered = False
+                return None
+            if resp.status_code == 200:
+                return False
+            grant = _Grant.parse(resp)
+            put_status = self._put_granted(xorb_hex, grant, body)
+            if put_status == 403:
+                log.info("upload grant for xorb %s expired before its PUT; asking for another", xorb_hex[:12])
+                continue
+            commit = self._request(f"commit of xorb {xorb_hex[:12]}", "POST", f"/v1/xorb-commits/default/{xorb_hex}/grant/{grant.id}", ok=(200, 201, 204, 404))
+            if commit.status_code == 404:
+                log.info("the server saw no upload for grant of xorb %s; asking for another", xorb_hex[:12])
+                continue
+            return put_status != 412
+        raise TransferError(f"upload of xorb {xorb_hex[:12]}: {MAX_GRANTS} upload grants went unused (expired or lost)", retryable=True)
+
+    def _put_granted(self, xorb_hex: str, grant: _Grant, body: bytes | memoryview) -> int:
+        """PUT the body where the grant says, with exactly its headers and no CAS token;
+        transient failures are retried; returns the status (2xx, 403 or 412)."""
+
+        def attempt() -> int:
+            headers = grant.headers | {"X-Xet-Session-Id": self.session_id, "Content-Length": str(len(body))}
+            request = self.http.build_request(grant.method, grant.url, headers=headers, content=_body_slices(body))
+            resp = self.http.send(request, stream=True)
+            if resp.status_code in (403, 412) or 200 <= resp.status_code < 300:
+                resp.close()
+                return resp.status_code
+            raise HttpStatusError(f"upload of xorb {xorb_hex[:12]} to its grant URL", _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
+
+        return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy)
 
     def upload_shard(self, body: bytes) -> bool:
         try:

@@ -5,7 +5,8 @@ Routes (each also under /api/v1 as the draft spells them where it names one):
     GET  /v1/reconstructions/{file}, /v2/reconstructions/{file}     (read)
     GET  /v1/xorb-data/{xorb}?r=a-b&exp=..&sig=..                   (signed URL, no token)
     POST /v1/xorbs/{prefix}/{xorb}                                   (write)
-    POST /v1/xorb-grants/{prefix}/{xorb}                             404: hf-xet falls back to /v1/xorbs
+    POST /v1/xorb-grants/{prefix}/{xorb}, PUT /v1/xorb-uploads/{xorb}?<signed>,
+    POST /v1/xorb-commits/{prefix}/{xorb}/grant/{id}                 upload grants (see grants.py)
     POST /v1/shards  -> {"result": 0|1};  POST /v2/shards -> NDJSON  (write)
     GET  /v1/chunks/{prefix}/{chunk}                                 (read) global dedup shard
     POST /v1/telemetry                                               accepted and ignored
@@ -34,6 +35,7 @@ from ..core.constants import MAX_XORB_BYTES
 from ..core.shard import ShardFooter, serialize_shard
 from .auth import Signer, load_or_create_secret
 from ..storage.errors import RequestRefused
+from .grants import Grants
 from .hub import HubEmulation, hub_routes
 from ..storage.planning import plan_reconstruction
 from .reconstruction import RangeNotSatisfiable, parse_range_header, with_signed_urls
@@ -54,6 +56,7 @@ class ServerConfig:
     public_url: str | None = None  # base for xorb URLs; default: the request's own base URL
     url_ttl: int = 3600
     cas_token_ttl: int = 900  # CAS tokens handed out by the Hub emulation (the Hub uses ~15 min)
+    upload_grants: bool = True  # offer hf-xet's upload-grant flow (else clients use POST /v1/xorbs)
 
 
 DISK_FULL = "the server's disk is full; free space or grow its volume, then push again"
@@ -113,6 +116,13 @@ class CasApp:
     def authorize(self, request: Request, needed: str) -> None:
         self.signer.verify(_bearer(request), needed)
 
+    hash_param = staticmethod(_hash_param)
+    read_body = staticmethod(_read_body)
+
+    def base_url(self, request: Request) -> str:
+        """Where clients reach us: --public-url, else the request's own base URL."""
+        return (self.config.public_url or str(request.base_url)).rstrip("/")
+
     # ------------------------------------------------------------------ handlers
 
     async def health(self, request: Request) -> Response:
@@ -132,7 +142,7 @@ class CasApp:
         except ValueError as exc:
             raise RequestRefused(400, str(exc)) from None
         layouts = await run_in_threadpool(self.store.layouts_for, stored)
-        base = (self.config.public_url or str(request.base_url)).rstrip("/")
+        base = self.base_url(request)
         exp = int(time.time()) + self.config.url_ttl
 
         def make_url(xorb: str, start: int, end: int) -> str:
@@ -176,9 +186,6 @@ class CasApp:
         body = await _read_body(request, MAX_XORB_BODY)
         inserted = await run_in_threadpool(self.store.put_xorb, xorb, body)
         return JSONResponse({"was_inserted": inserted})
-
-    async def xorb_grants(self, request: Request) -> Response:
-        raise RequestRefused(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
 
     async def upload_shard_v1(self, request: Request) -> Response:
         self.authorize(request, "write")
@@ -233,6 +240,7 @@ class CasApp:
 
 
 def _routes(app: CasApp) -> list[Route]:
+    grants = Grants(app)
     routes = [Route("/health", app.health)]
     for prefix in ("", "/api"):
         routes += [
@@ -244,7 +252,9 @@ def _routes(app: CasApp) -> list[Route]:
     routes += [
         Route("/v2/reconstructions/{file}", app.reconstruction),
         Route("/v1/xorb-data/{xorb}", app.xorb_data),
-        Route("/v1/xorb-grants/{prefix}/{xorb}", app.xorb_grants, methods=["POST"]),
+        Route("/v1/xorb-grants/{prefix}/{xorb}", grants.grant, methods=["POST"]),
+        Route("/v1/xorb-uploads/{xorb}", grants.put, methods=["PUT"]),
+        Route("/v1/xorb-commits/{prefix}/{xorb}/grant/{grant}", grants.commit, methods=["POST"]),
         Route("/v2/shards", app.upload_shard_v2, methods=["POST"]),
         Route("/v1/telemetry", app.telemetry, methods=["POST"]),
     ]

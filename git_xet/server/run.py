@@ -32,7 +32,9 @@ def lock_data_dir(data_dir: Path) -> int | None:
     return fd
 
 
-def serve(data_dir: Path, host: str, port: int, public_url: str | None, url_ttl: int, log_level: str, cas_token_ttl: int = 900) -> int:
+def serve(
+    data_dir: Path, host: str, port: int, public_url: str | None, url_ttl: int, log_level: str, cas_token_ttl: int = 900, upload_grants: bool = True
+) -> int:
     import uvicorn
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -44,7 +46,7 @@ def serve(data_dir: Path, host: str, port: int, public_url: str | None, url_ttl:
     removed = DirectoryObjectStore(data_dir).remove_abandoned_temp_files()
     if removed:
         log.info("removed %d temp files left by an interrupted write", removed)
-    app = create_app(ServerConfig(Path(data_dir), public_url, url_ttl, cas_token_ttl))
+    app = create_app(ServerConfig(Path(data_dir), public_url, url_ttl, cas_token_ttl, upload_grants))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every keep-alive request after the first waited ~45 ms for a delayed ACK.

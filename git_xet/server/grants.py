@@ -1,0 +1,110 @@
+"""Upload grants, as hf-xet >= 1.8 uses them: a client asks for a grant, PUTs the xorb where
+the grant says (no CAS token), then commits it.
+
+    POST /v1/xorb-grants/{prefix}/{xorb}   {"length", "checksum": {"algo": "crc64nvme", "value"}}
+        201 {"id", "method", "url", "headers"}; 200 when the xorb is stored already
+    PUT  <grant url>                        the footerless xorb; 412 when it is stored already
+    POST /v1/xorb-commits/{prefix}/{xorb}/grant/{id}
+        200 once the xorb is stored and verified; 404 when nothing arrived for the grant
+
+In directory mode the grant URL points at this server and carries its own signature over the
+xorb, length, checksum, expiry and grant id, so no grant state is kept (any replica can take
+the PUT). The PUT is checked against the signed length and checksum and the xorb verified
+before it is stored: nothing unverified is ever visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..core.checksums import crc64nvme, crc64nvme_header
+from ..core.reconstruction import MAX_FETCH_RANGE_BYTES
+from ..storage.errors import RequestRefused
+
+if TYPE_CHECKING:
+    from .app import CasApp
+
+GRANT_TTL = 900  # seconds a grant's URL stays usable
+MAX_GRANT_REQUEST = 4096
+
+
+class Grants:
+    def __init__(self, app: CasApp) -> None:
+        self.app = app
+        self._key = app.signer.derive_key("xorb-upload-grant")  # its own MAC domain
+
+    def _sign(self, xorb: str, length: int, crc: int, exp: int, grant_id: str) -> str:
+        message = f"{xorb}:{length}:{crc}:{exp}:{grant_id}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    async def grant(self, request: Request) -> Response:
+        self.app.authorize(request, "write")
+        xorb = self.app.hash_param(request, "xorb")
+        if crc64nvme is None or not self.app.config.upload_grants:
+            raise RequestRefused(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
+        length, crc = _parse_grant_request(await self.app.read_body(request, MAX_GRANT_REQUEST))
+        if await run_in_threadpool(self.app.store.xorb_layout, xorb) is not None:
+            return JSONResponse({})
+        grant_id = uuid.uuid4().hex
+        exp = int(time.time()) + GRANT_TTL
+        query = urlencode({"grant": grant_id, "length": length, "crc": crc, "exp": exp, "sig": self._sign(xorb, length, crc, exp, grant_id)})
+        url = f"{self.app.base_url(request)}/v1/xorb-uploads/{xorb}?{query}"
+        headers = {"Content-Type": "application/octet-stream", "x-amz-checksum-crc64nvme": crc64nvme_header(crc)}
+        return JSONResponse({"id": grant_id, "method": "PUT", "url": url, "headers": headers}, status_code=201)
+
+    async def put(self, request: Request) -> Response:
+        xorb = self.app.hash_param(request, "xorb")
+        try:
+            q = request.query_params
+            grant_id, length, crc, exp, sig = q["grant"], int(q["length"]), int(q["crc"]), int(q["exp"]), q["sig"]
+        except (KeyError, ValueError):
+            raise RequestRefused(403, "not a signed upload grant URL") from None
+        if not hmac.compare_digest(sig, self._sign(xorb, length, crc, exp, grant_id)):
+            raise RequestRefused(403, "upload grant signature does not match")
+        if exp < time.time():
+            raise RequestRefused(403, "upload grant expired; ask for a new one")
+        body = await self.app.read_body(request, length)
+        if len(body) != length:
+            raise RequestRefused(400, f"the grant is for {length} bytes; {len(body)} arrived")
+        assert crc64nvme is not None  # grants are only offered with it
+        if await run_in_threadpool(crc64nvme, body) != crc:
+            raise RequestRefused(400, "BadDigest: the body does not match the granted CRC-64/NVME checksum")
+        if await run_in_threadpool(self.app.store.xorb_layout, xorb) is not None:
+            raise RequestRefused(412, "this xorb is stored already")
+        inserted = await run_in_threadpool(self.app.store.put_xorb, xorb, body)
+        if not inserted:
+            raise RequestRefused(412, "this xorb is stored already")
+        return Response(status_code=200)
+
+    async def commit(self, request: Request) -> Response:
+        self.app.authorize(request, "write")
+        xorb = self.app.hash_param(request, "xorb")
+        if await run_in_threadpool(self.app.store.xorb_layout, xorb) is None:
+            raise RequestRefused(404, "no uploaded data for this grant")
+        return JSONResponse({"was_inserted": True})
+
+
+def _parse_grant_request(body: bytes) -> tuple[int, int]:
+    """(length, checksum) of a grant request; 400 on anything else."""
+    try:
+        request = json.loads(body)
+        length = request["length"]
+        checksum = request["checksum"]
+        crc = int(checksum["value"])
+        if not isinstance(length, int) or isinstance(length, bool) or not 0 < length <= MAX_FETCH_RANGE_BYTES:
+            raise ValueError("length")
+        if checksum.get("algo") != "crc64nvme" or not 0 <= crc < 2**64:
+            raise ValueError("checksum")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise RequestRefused(400, 'a grant request is {"length": <bytes>, "checksum": {"algo": "crc64nvme", "value": "<decimal>"}}') from None
+    return length, crc
