@@ -39,7 +39,7 @@ class Result:
     direct: list[dict] = field(default_factory=list)  # {path, xet_hash, sha256} per uploaded file
     commit: dict | None = None  # {commit_oid, lfs_files: [{path, oid, size, algo}]}
     chunks: dict[str, list[int]] = field(default_factory=dict)
-    requests: list[str] = field(default_factory=list)  # "METHOD /path" of every request it made
+    requests: list[str] = field(default_factory=list)  # "METHOD /path STATUS" of every request it made
 
 
 def installed_version() -> str:

@@ -36,13 +36,14 @@ const hub = loadHub();
 const jobs = JSON.parse(readFileSync(0, "utf8"));
 const requests = [];
 
-function guardedFetch(input, init = {}) {
+async function guardedFetch(input, init = {}) {
   const url = new URL(typeof input === "string" ? input : input.url);
   if (url.hostname !== "127.0.0.1") {
     throw new Error(`refusing a request to ${url.host}: the peer may only talk to 127.0.0.1`);
   }
-  requests.push(`${init.method ?? "GET"} ${url.pathname}`);
-  return fetch(input, init);
+  const response = await fetch(input, init);
+  requests.push(`${init.method ?? "GET"} ${url.pathname} ${response.status}`);
+  return response;
 }
 
 async function fileSource(path) {
@@ -79,12 +80,12 @@ async function commitUpload(paths) {
   const hubFetch = async (input, init = {}) => {
     const url = new URL(typeof input === "string" ? input : input.url);
     if (url.pathname.endsWith("/preupload/main")) {
-      requests.push(`POST ${url.pathname} (stub)`);
+      requests.push(`POST ${url.pathname} stub`);
       const body = JSON.parse(init.body);
       return Response.json({ files: body.files.map((f) => ({ path: f.path, uploadMode: "lfs" })) });
     }
     if (url.pathname.endsWith("/commit/main")) {
-      requests.push(`POST ${url.pathname} (stub)`);
+      requests.push(`POST ${url.pathname} stub`);
       commits.push(String(init.body).split("\n").map((line) => JSON.parse(line)));
       return Response.json({ commitOid: "0".repeat(40), commitUrl: `${jobs.hub_url}/commit` });
     }
