@@ -275,3 +275,147 @@ def test_hfjs_reads_what_ours_and_hf_xet_wrote(server: RunningServer, tmp_path: 
     files = ours | theirs
     passed = _read_back(server, tmp_path, files, xet, readers=("hfjs",))
     assert passed == {"hfjs": len(files)}
+
+
+# ---------------------------------------------------------------- the forms it sends, at the format level
+
+
+def _rand_hash(draw) -> bytes:
+    return draw(st.binary(min_size=32, max_size=32).filter(lambda h: h != b"\xff" * 32))
+
+
+@st.composite
+def shards(draw) -> sh.Shard:
+    """Shards of random files (0-term ones included, as it sends for an empty file) and xorbs."""
+    files = []
+    for _ in range(draw(st.integers(0, 4))):
+        n = draw(st.integers(0, 4))
+        starts = [draw(st.integers(0, 100)) for _ in range(n)]
+        terms = tuple(sh.FileTerm(_rand_hash(draw), draw(st.integers(1, 2**32 - 1)), s, s + draw(st.integers(1, 50))) for s in starts)
+        sha = draw(st.none() | st.binary(min_size=32, max_size=32))
+        files.append(sh.FileInfo(_rand_hash(draw), terms, tuple(_rand_hash(draw) for _ in terms), sha))
+    cas = []
+    for _ in range(draw(st.integers(0, 3))):
+        sizes = draw(st.lists(st.integers(1, MAX_CHUNK_SIZE), min_size=1, max_size=5))
+        cas.append(sh.CasInfo.from_chunks(_rand_hash(draw), [_rand_hash(draw) for _ in sizes], sizes, draw(st.integers(0, 2**32 - 1))))
+    return sh.Shard(tuple(files), tuple(cas))
+
+
+def hfjs_form(shard: sh.Shard) -> bytes:
+    """A shard laid out as huggingface.js uploads it: file entries in the given (unsorted) order,
+    then a footer whose lookup-table offsets and counts are all 0, expiry 0, file bytes 0."""
+    out = bytearray(sh.SHARD_HEADER_TAG + struct.pack("<QQ", sh.SHARD_HEADER_VERSION, sh.FOOTER_SIZE))
+    for info in shard.files:
+        out += sh._serialize_file(info)
+    out += b"\xff" * 32 + bytes(16)
+    cas_off = len(out)
+    for info in shard.cas:
+        out += sh._serialize_cas(info)
+    out += b"\xff" * 32 + bytes(16)
+    footer_off = len(out)
+    out += struct.pack("<QQQ", sh.SHARD_FOOTER_VERSION, sh.HEADER_SIZE, cas_off) + bytes(48) + bytes(32)
+    out += struct.pack("<QQ", 1_700_000_000, 0) + bytes(48)
+    out += struct.pack("<QQQQ", sum(c.num_bytes_on_disk for c in shard.cas), 0, sum(c.num_bytes_in_cas for c in shard.cas), footer_off)
+    return bytes(out)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shard=shards())
+def test_its_shard_form_parses_to_the_same_content(shard: sh.Shard) -> None:
+    parsed = sh.parse_shard(hfjs_form(shard))
+    assert parsed.files == shard.files and parsed.cas == shard.cas
+    assert parsed.footer == sh.ShardFooter(sh.ZERO_HASH, 1_700_000_000, 0)
+
+
+FOOTER_FIELDS = ("version", "file_off", "cas_off", "fl_off", "fl_n", "cl_off", "cl_n", "ch_off", "ch_n")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shard=shards(), field=st.sampled_from(FOOTER_FIELDS + ("footer_off",)), value=st.integers(0, 2**64 - 1), data=st.data())
+def test_an_inconsistent_footer_of_that_form_is_still_refused(shard: sh.Shard, field: str, value: int, data) -> None:
+    blob = bytearray(hfjs_form(shard))
+    base = len(blob) - sh.FOOTER_SIZE
+    offset = base + 8 * FOOTER_FIELDS.index(field) if field != "footer_off" else len(blob) - 8
+    (old,) = struct.unpack_from("<Q", blob, offset)
+    if value == old:
+        value = old + data.draw(st.integers(1, 1000))
+    struct.pack_into("<Q", blob, offset, value % 2**64)
+    with pytest.raises(FormatError):
+        sh.parse_shard(bytes(blob))
+
+
+@settings(max_examples=100, deadline=None)
+@given(count=st.integers(2, 2**32 - 1), which=st.sampled_from(["file terms", "cas chunks"]))
+def test_its_shard_form_with_lying_counts_is_refused_without_allocating(count: int, which: str) -> None:
+    """Counts read off the wire are checked against the bytes present before anything is read."""
+    shard = sh.Shard(
+        (sh.FileInfo(bytes(range(32)), (sh.FileTerm(bytes(32), 10, 0, 1),), (bytes(32),)),),
+        (sh.CasInfo.from_chunks(bytes(range(1, 33)), [bytes(32)], [10]),),
+    )
+    blob = bytearray(hfjs_form(shard))
+    position = sh.HEADER_SIZE + 36 if which == "file terms" else blob.index(bytes(range(1, 33))) + 36
+    struct.pack_into("<I", blob, position, count)
+    with pytest.raises(FormatError):
+        sh.parse_shard(bytes(blob))
+
+
+def _xorb_body(chunks: list[bytes], scheme: CompressionScheme) -> bytes:
+    out = bytearray()
+    for chunk in chunks:
+        used, payload = compress_chunk(chunk, scheme)
+        out += pack_chunk_header(len(payload), used, len(chunk)) + payload
+    return bytes(out)
+
+
+def test_xorb_limit_is_on_the_serialized_size() -> None:
+    # > 64 MiB uncompressed in well under 64 MiB serialized, as huggingface.js packs: accepted.
+    unique = [i.to_bytes(4, "little") + bytes(MAX_CHUNK_SIZE - 4) for i in range(600)]
+    body = _xorb_body(unique, CompressionScheme.LZ4)
+    assert len(body) < MAX_XORB_BYTES < sum(map(len, unique))
+    expected = hashes.xorb_hash([hashes.chunk_hash(c) for c in unique], [len(c) for c in unique])
+    assert sum(verify_xorb(body, expected).chunk_sizes) == 600 * MAX_CHUNK_SIZE
+
+    # 64 MiB of incompressible chunks plus their headers, as hf-xet and our builder write: accepted.
+    raw = [random_bytes(MAX_CHUNK_SIZE, 50 + i) for i in range(MAX_XORB_BYTES // MAX_CHUNK_SIZE)]
+    body = _xorb_body(raw, CompressionScheme.NONE)
+    assert MAX_XORB_BYTES < len(body) <= MAX_XORB_BODY_BYTES
+    assert verify_xorb(body).chunk_sizes == tuple(map(len, raw))
+
+    # One chunk more is past the serialized limit: refused before any chunk is decoded.
+    body += _xorb_body([random_bytes(MAX_CHUNK_SIZE, 49)], CompressionScheme.NONE)
+    with pytest.raises(FormatError, match="serialized"):
+        verify_xorb(body)
+
+    # More than 8192 chunks, however small: refused.
+    tiny = [i.to_bytes(2, "little") for i in range(MAX_XORB_CHUNKS + 1)]
+    with pytest.raises(FormatError, match="chunks"):
+        verify_xorb(_xorb_body(tiny, CompressionScheme.NONE))
+
+
+def test_a_shard_naming_too_many_chunks_is_refused_before_the_work(server: RunningServer) -> None:
+    """One 48-byte term names up to 8192 chunks: repeated terms must not buy unbounded work."""
+    from git_xet.storage.cas_store import MAX_SHARD_CHUNK_REFERENCES
+
+    chunks = [i.to_bytes(2, "little") for i in range(MAX_XORB_CHUNKS)]
+    chunk_hashes = [hashes.chunk_hash(c) for c in chunks]
+    xorb = hashes.xorb_hash(chunk_hashes, [2] * len(chunks))
+    backend = HttpCasBackend(server.url, StaticToken(server.token("write")), policy=FAST_RETRY)
+    backend.upload_xorb(hashes.hash_to_hex(xorb), _xorb_body(chunks, CompressionScheme.NONE))
+    whole = sh.FileTerm(xorb, 2 * len(chunks), 0, len(chunks))
+    verification = hashes.verification_hash(chunk_hashes)
+
+    def shard_of(repeats: int) -> bytes:
+        file_hash = hashes.file_hash(chunk_hashes * repeats, [2] * len(chunks) * repeats)
+        info = sh.FileInfo(file_hash, (whole,) * repeats, (verification,) * repeats)
+        return sh.serialize_shard(sh.Shard((info,)), with_footer=False)
+
+    headers = {"Authorization": f"Bearer {server.token('write')}"}
+    # A file of the same xorb four times over is fine...
+    ok = httpx.post(f"{server.url}/v1/shards", content=shard_of(4), headers=headers, timeout=60)
+    assert ok.status_code == 200, ok.text
+    # ...but a shard referencing more chunks than the bound is refused before any hashing.
+    repeats = MAX_SHARD_CHUNK_REFERENCES // len(chunks) + 1
+    info = sh.FileInfo(bytes(32), (whole,) * repeats, (verification,) * repeats)  # its hash is never reached
+    refused = httpx.post(f"{server.url}/v1/shards", content=sh.serialize_shard(sh.Shard((info,)), with_footer=False), headers=headers, timeout=60)
+    assert refused.status_code == 413 and "split the upload" in refused.json()["error"]
+    assert refused.elapsed.total_seconds() < 10  # checking it would take minutes
