@@ -54,7 +54,7 @@ def installed_version() -> str:
 
 
 def run(jobs: dict, endpoint: Endpoint | None = None) -> Result:
-    """Run one batch of jobs (keys: direct, commit, download, chunk; see the runner's header)."""
+    """Run one batch of jobs (keys: direct, commit, edit, download, chunk; see the runner's header)."""
     installed_version()
     if endpoint is not None:
         jobs = {

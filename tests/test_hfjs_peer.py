@@ -31,12 +31,13 @@ from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
 from git_xet.core import shard as sh
 from git_xet.core.compression import CompressionScheme, compress_chunk
-from git_xet.core.constants import ZERO_HASH, MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS, MIN_CHUNK_SIZE
+from git_xet.core.constants import MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS, MIN_CHUNK_SIZE, ZERO_HASH
 from git_xet.core.errors import FormatError
 from git_xet.core.xorb import MAX_XORB_BODY_BYTES, pack_chunk_header, verify_xorb
 from git_xet.pipelines.download import download
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.pipelines.upload import Uploader
+from git_xet.storage.cas_store import MAX_SHARD_CHUNK_REFERENCES
 from tests import hf_xet_oracle, hfjs_peer
 from tests.datagen import float32_like, random_bytes
 from tests.server_process import RunningServer, running_server
@@ -202,10 +203,17 @@ def test_hfjs_uploads_are_accepted_and_read_back_by_every_client(server: Running
     assert passed == {reader: len(files) for reader in READERS}
 
 
-def test_hfjs_commit_flow_through_our_hub_emulation(server: RunningServer, tmp_path: Path) -> None:
+def test_hfjs_commit_flow_through_our_hub_emulation(tmp_path: Path) -> None:
+    # CAS tokens shorter-lived than its 60 s safety margin: it refreshes through our token route.
+    with running_server(tmp_path / "data", "--cas-token-ttl", "30") as server:
+        _commit_flow(server, tmp_path)
+
+
+def _commit_flow(server: RunningServer, tmp_path: Path) -> None:
     files = {"weights.bin": float32_like(1 << 20, 21), "notes.txt": random_bytes(3000, 22), "blob.bin": random_bytes(2 << 20, 23)}
     paths = _write(tmp_path, files)
     result = hfjs_peer.commit_upload(list(paths.values()), _endpoint(server))
+    assert any(r.startswith("GET /api/models/peer/hfjs/xet-write-token/main 200") for r in result.requests)
 
     # The commit names every file by its sha256 and size; XET data went to our server.
     assert result.commit is not None
@@ -215,33 +223,42 @@ def test_hfjs_commit_flow_through_our_hub_emulation(server: RunningServer, tmp_p
     assert any(r.startswith("POST /v1/xorbs/") and r.endswith(" 200") for r in result.requests)
     assert any(r.startswith("POST /v1/shards ") and r.endswith(" 200") for r in result.requests)
 
-    # What git-lfs would do next: ask our Hub emulation for the files by sha256.
-    token = server.token("write")
-    batch = httpx.post(
-        f"{server.url}/peer/hfjs.git/info/lfs/objects/batch",
-        json={"operation": "download", "transfers": ["xet"], "objects": [{"oid": o, "size": s} for o, s in committed.values()]},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    ).json()
-    by_oid = {o["oid"]: o["actions"]["download"]["header"]["X-Xet-Hash"] for o in batch["objects"]}
-    xet = {name: by_oid[oid] for name, (oid, _) in committed.items()}
-
+    xet = _xet_hashes(server, committed)
     passed = _read_back(server, tmp_path, files, xet)
     assert passed == {reader: len(files) for reader in READERS}
 
 
-def test_hfjs_dedups_against_what_is_stored(server: RunningServer, tmp_path: Path) -> None:
-    """Its global dedup (first chunk only) yields shards whose files use xorbs of earlier shards."""
+def _xet_hashes(server: RunningServer, committed: dict[str, tuple[str, int]]) -> dict[str, str]:
+    """What git-lfs does after a commit: ask our Hub emulation for the files by sha256."""
+    batch = httpx.post(
+        f"{server.url}/peer/hfjs.git/info/lfs/objects/batch",
+        json={"operation": "download", "transfers": ["xet"], "objects": [{"oid": o, "size": s} for o, s in committed.values()]},
+        headers={"Authorization": f"Bearer {server.token('read')}"},
+        timeout=30,
+    ).json()
+    by_oid = {o["oid"]: o["actions"]["download"]["header"]["X-Xet-Hash"] for o in batch["objects"]}
+    return {name: by_oid[oid] for name, (oid, _) in committed.items()}
+
+
+def test_hfjs_dedup_and_edits_reuse_what_is_stored(server: RunningServer, tmp_path: Path) -> None:
+    """Its global dedup (first chunk only) and its range edits (commit "edit" of a stored file)
+    yield shards whose files use xorbs of earlier shards, with terms cut inside them."""
     base = random_bytes(3 << 20, 31)
-    files = {"first.bin": base, "grown.bin": base + random_bytes(1 << 20, 32)}
-    paths = _write(tmp_path, files)
+    insert = random_bytes(1000, 33)
+    files = {"first.bin": base, "grown.bin": base + random_bytes(1 << 20, 32), "edited.bin": base[:1_000_000] + insert + base[1_000_500:]}
+    paths = _write(tmp_path, files | {"insert": insert})
     first = hfjs_peer.direct_upload([paths["first.bin"]], _endpoint(server))
     grown = hfjs_peer.direct_upload([paths["grown.bin"]], _endpoint(server))
     assert any(r.startswith("GET /v1/chunks/") and r.endswith(" 200") for r in grown.requests)
-    sent = sum(int(line["bytes_in"]) for line in _access_log(server) if line["path"].startswith("/v1/xorbs/"))
-    # Only the first upload's data and the grown file's new tail were stored.
-    assert sent < len(files["first.bin"]) + 2 * (1 << 20)
     xet = {"first.bin": first.direct[0]["xet_hash"], "grown.bin": grown.direct[0]["xet_hash"]}
+    splice = [1_000_000, 1_000_500, str(paths["insert"])]
+    edit = hfjs_peer.run({"edit": [{"name": "edited.bin", "hash": xet["first.bin"], "size": len(base), "splices": [splice]}]}, _endpoint(server))
+    assert edit.commit["lfs_files"] == [{"path": "edited.bin", "algo": "sha256", "size": len(files["edited.bin"]), "oid": hashlib.sha256(files["edited.bin"]).hexdigest()}]
+    xet |= _xet_hashes(server, {"edited.bin": (edit.commit["lfs_files"][0]["oid"], len(files["edited.bin"]))})
+
+    # Only the first upload's data, the grown file's new tail and the edited window were stored.
+    sent = sum(int(line["bytes_in"]) for line in _access_log(server) if line["path"].startswith("/v1/xorbs/"))
+    assert sent < len(base) + 2 * (1 << 20)
     passed = _read_back(server, tmp_path, files, xet)
     assert passed == {reader: len(files) for reader in READERS}
 
@@ -324,7 +341,7 @@ def hfjs_form(shard: sh.Shard) -> bytes:
 def test_its_shard_form_parses_to_the_same_content(shard: sh.Shard) -> None:
     parsed = sh.parse_shard(hfjs_form(shard))
     assert parsed.files == shard.files and parsed.cas == shard.cas
-    assert parsed.footer == sh.ShardFooter(sh.ZERO_HASH, 1_700_000_000, 0)
+    assert parsed.footer == sh.ShardFooter(ZERO_HASH, 1_700_000_000, 0)
 
 
 FOOTER_FIELDS = ("version", "file_off", "cas_off", "fl_off", "fl_n", "cl_off", "cl_n", "ch_off", "ch_n")
@@ -394,8 +411,6 @@ def test_xorb_limit_is_on_the_serialized_size() -> None:
 
 def test_a_shard_naming_too_many_chunks_is_refused_before_the_work(server: RunningServer) -> None:
     """One 48-byte term names up to 8192 chunks: repeated terms must not buy unbounded work."""
-    from git_xet.storage.cas_store import MAX_SHARD_CHUNK_REFERENCES
-
     chunks = [i.to_bytes(2, "little") for i in range(MAX_XORB_CHUNKS)]
     chunk_hashes = [hashes.chunk_hash(c) for c in chunks]
     xorb = hashes.xorb_hash(chunk_hashes, [2] * len(chunks))

@@ -4,6 +4,8 @@
 //   direct:   [path]  upload through its own xorb/shard upload code (uploadShards), as commit() does
 //   commit:   [path]  upload through its commit flow: the Hub's git side (preupload, commit) is a
 //             stub here, LFS batch and xet-write-token go to our server's Hub emulation
+//   edit:     [{name, hash, size, splices: [[start, end, insert_path]]}]  commit() of an "edit" of a
+//             stored file: it uploads only the re-chunked windows around the splices
 //   download: [{hash, size, dest, ranges: [[start, end)]}]  read back with its XetBlob
 //   chunk:    [path]  chunk lengths its chunker cuts (to find files hitting its <8 KiB cut)
 // Every request goes through `guardedFetch`, which refuses anything not on 127.0.0.1.
@@ -75,7 +77,7 @@ async function directUpload(paths) {
  * answered here. The user token goes in by this fetch, not as `accessToken`: huggingface.js
  * insists that one starts with "hf_", a Hub convention our server's tokens do not follow.
  */
-async function commitUpload(paths) {
+async function commitUpload(paths, edits) {
   const commits = [];
   const hubFetch = async (input, init = {}) => {
     const url = new URL(typeof input === "string" ? input : input.url);
@@ -96,7 +98,13 @@ async function commitUpload(paths) {
     return guardedFetch(input, { ...init, headers });
   };
   const operations = [];
-  for (const path of paths) operations.push({ operation: "addOrUpdate", path: path.split("/").pop(), content: await openAsBlob(path) });
+  for (const path of paths ?? []) operations.push({ operation: "addOrUpdate", path: path.split("/").pop(), content: await openAsBlob(path) });
+  for (const edit of edits ?? []) {
+    const originalContent = xetBlob(edit.hash, edit.size);
+    const splices = [];
+    for (const [start, end, insertPath] of edit.splices) splices.push({ start, end, content: await openAsBlob(insertPath) });
+    operations.push({ operation: "edit", path: edit.name, originalContent, edits: splices });
+  }
   const result = await hub.commit({ repo: { type: "model", name: jobs.repo }, operations, title: "peer upload", hubUrl: jobs.hub_url, fetch: hubFetch, useXet: true });
   const lfsFiles = commits.flat().filter((entry) => entry.key === "lfsFile").map((entry) => entry.value);
   return { commit_oid: result?.commit?.oid ?? null, lfs_files: lfsFiles };
@@ -106,17 +114,16 @@ async function blobBytes(blob) {
   return Buffer.from(await blob.arrayBuffer());
 }
 
-/** XetBlob, seeded with a CAS read token (as the Hub's download path hands it one). */
-async function download(items) {
+/** A XetBlob of a stored file, seeded with a CAS read token (as the Hub's download path hands it one). */
+function xetBlob(hash, size) {
   const readToken = { accessToken: jobs.read_token, exp: Math.floor(Date.now() / 1000) + 3600, casUrl: jobs.cas_url };
+  const refreshUrl = `${jobs.hub_url}/api/models/${jobs.repo}/xet-read-token/main`;
+  return new hub.__peer.XetBlob({ fetch: guardedFetch, hash, size, refreshUrl, readToken });
+}
+
+async function download(items) {
   for (const item of items) {
-    const blob = new hub.__peer.XetBlob({
-      fetch: guardedFetch,
-      hash: item.hash,
-      size: item.size,
-      refreshUrl: `${jobs.hub_url}/api/models/${jobs.repo}/xet-read-token/main`,
-      readToken,
-    });
+    const blob = xetBlob(item.hash, item.size);
     writeFileSync(item.dest, await blobBytes(blob));
     for (const [i, [start, end]] of (item.ranges ?? []).entries()) {
       writeFileSync(`${item.dest}.range${i}`, await blobBytes(blob.slice(start, end)));
@@ -142,7 +149,7 @@ async function chunkLengths(path) {
 
 const out = { direct: [], commit: null, chunks: {}, requests };
 if (jobs.direct?.length) out.direct = await directUpload(jobs.direct);
-if (jobs.commit?.length) out.commit = await commitUpload(jobs.commit);
+if (jobs.commit?.length || jobs.edit?.length) out.commit = await commitUpload(jobs.commit, jobs.edit);
 if (jobs.download?.length) await download(jobs.download);
 for (const path of jobs.chunk ?? []) out.chunks[path] = await chunkLengths(path);
 process.stdout.write(JSON.stringify(out));
