@@ -3,4 +3,5 @@
 # Extra arguments go to pytest, e.g.  bash install/test.sh -k shard -x
 EXTRAS=test source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
+bash "$ROOT/install/peers.sh"
 exec "$VENV/bin/python" -m pytest "$@"

@@ -348,11 +348,17 @@ def _parse_footer(view: memoryview, size: int) -> tuple[ShardFooter, int, int]:
         raise FormatError(f"unsupported shard footer version {version}")
     if footer_off != size - FOOTER_SIZE or file_off != HEADER_SIZE:
         raise FormatError("shard footer offsets are inconsistent with its size")
+    if not HEADER_SIZE + ENTRY_SIZE <= cas_off <= footer_off - ENTRY_SIZE:
+        raise FormatError("shard footer CAS offset lies outside the shard's sections")
+    footer = ShardFooter(key, created, expiry)
+    if fl_off == fl_n == cl_off == cl_n == ch_off == ch_n == 0:
+        # No lookup tables: the sections run up to the footer. huggingface.js uploads shards
+        # like this; the tables are only an index for readers, so nothing is lost.
+        return footer, cas_off, footer_off
     if not (cas_off <= fl_off <= cl_off <= ch_off <= footer_off):
         raise FormatError("shard lookup tables are out of order")
     if (cl_off - fl_off) != 12 * fl_n or (ch_off - cl_off) != 12 * cl_n or (footer_off - ch_off) != 16 * ch_n:
         raise FormatError("shard lookup table sizes disagree with their entry counts")
-    footer = ShardFooter(key, created, expiry)
     return footer, cas_off, fl_off
 
 

@@ -232,21 +232,32 @@ class VerifiedXorb:
         return b"".join((self.body, self.footer().serialize()))
 
 
+# The largest footerless xorb body: every chunk raw (compression is kept only when it shrinks
+# a chunk) plus one header per chunk. A buffer this size always holds a full xorb.
+MAX_XORB_BODY_BYTES = MAX_XORB_BYTES + CHUNK_HEADER_SIZE * MAX_XORB_CHUNKS
+
+
 def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) -> VerifiedXorb:
     """Decode every chunk, recompute the xorb hash and check it (and any footer) agrees.
 
     This is how a server accepts an upload: a footerless body is rebuilt with a footer from
     what the chunks actually hash to; anything truncated or tampered with fails the hash.
+
+    The 64 MiB limit is on the serialized size, as xorb-format.md says: huggingface.js packs
+    compressed chunks up to 64 MiB, so a xorb of compressible data holds more than 64 MiB
+    uncompressed. Writers that cap the uncompressed size instead (hf-xet, our XorbBuilder) add
+    one 8-byte header per chunk on top, so that allowance is accepted too.
     """
     parsed = parse_xorb(data)
     if not parsed.records:
         raise FormatError("xorb has no complete chunk")
     if parsed.trailing_bytes:
         raise TruncatedError(f"xorb ends with {parsed.trailing_bytes} bytes of an incomplete chunk")
+    if parsed.body_length > MAX_XORB_BODY_BYTES:
+        raise FormatError(f"xorb is {parsed.body_length} bytes serialized, more than the {MAX_XORB_BODY_BYTES}-byte limit")
     view = memoryview(data)
-    total = sum(r.uncompressed_size for r in parsed.records)
-    if total > MAX_XORB_BYTES:
-        raise FormatError(f"xorb holds {total} bytes, more than {MAX_XORB_BYTES}")
+    # Decoded one chunk at a time: memory stays at one chunk beyond the body, and the work at
+    # most MAX_XORB_CHUNKS chunks of MAX_CHUNK_SIZE, however well the chunks compress.
     hashes = tuple(chunk_hash(decode_chunk(view, r)) for r in parsed.records)
     sizes = tuple(r.uncompressed_size for r in parsed.records)
     digest = xorb_hash(hashes, sizes)
@@ -257,11 +268,6 @@ def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) ->
     # A footerless bytes body (the upload form) is kept as is: no 64 MiB copy.
     body = data if isinstance(data, bytes) and parsed.body_length == len(data) else bytes(view[: parsed.body_length])
     return VerifiedXorb(digest, body, hashes, sizes, tuple(r.end for r in parsed.records))
-
-
-# The largest footerless xorb body: every chunk raw (compression is kept only when it shrinks
-# a chunk) plus one header per chunk. A buffer this size always holds a full xorb.
-MAX_XORB_BODY_BYTES = MAX_XORB_BYTES + CHUNK_HEADER_SIZE * MAX_XORB_CHUNKS
 
 
 class XorbBuilder:

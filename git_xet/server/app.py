@@ -31,8 +31,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..core import hashes
-from ..core.constants import MAX_XORB_BYTES
 from ..core.shard import ShardFooter, serialize_shard
+from ..core.xorb import MAX_XORB_BODY_BYTES
 from .auth import Signer, load_or_create_secret
 from ..storage.errors import RequestRefused
 from .grants import Grants
@@ -46,8 +46,8 @@ log = logging.getLogger("git_xet.server")
 DEDUP_KEY_PERIOD = 24 * 3600
 DEDUP_SHARD_LIFETIME = 7 * 24 * 3600
 MAX_SHARD_BODY = 64 * 1024 * 1024
-# A xorb of 64 MiB of incompressible chunks plus headers; anything bigger cannot be valid.
-MAX_XORB_BODY = MAX_XORB_BYTES + 8192 * 8 + 1024 * 1024
+# The largest serialized xorb verify_xorb accepts, plus room for a footer a client may send.
+MAX_XORB_BODY = MAX_XORB_BODY_BYTES + 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,11 @@ CREATE TABLE IF NOT EXISTS shards (
 
 _TERM = struct.Struct("<32sIIII")
 log = logging.getLogger("git_xet.storage")
+# Chunks a shard's files may reference in all: 512 GiB of file data at the 64 KiB average chunk.
+# Checking a file costs ~3 us and ~120 bytes per referenced chunk (~25 s, ~1 GB at this bound),
+# and one 48-byte term can name up to 8192 chunks: without a bound a 64 MiB shard of repeated
+# terms asks for billions of them (hours, and more memory than the machine has).
+MAX_SHARD_CHUNK_REFERENCES = 1 << 23
 
 
 class StoreError(RequestRefused):
@@ -239,6 +244,17 @@ class CasStore:
             raise StoreError(400, f"shard's chunk list for xorb {name} does not match the stored xorb")
         return layout
 
+    @staticmethod
+    def _check_work_bound(shard: Shard) -> None:
+        """Refuse, before any per-chunk work, a shard whose files reference too many chunks."""
+        referenced = sum(t.chunk_end - t.chunk_start for info in shard.files for t in info.terms)
+        if referenced > MAX_SHARD_CHUNK_REFERENCES:
+            raise StoreError(
+                413,
+                f"shard's files reference {referenced} chunks, more than the {MAX_SHARD_CHUNK_REFERENCES} one shard "
+                "may reference: split the upload into several shards",
+            )
+
     def _check_file(self, info, layouts: dict[bytes, XorbLayout]) -> None:
         name = hashes.hash_to_hex(info.file_hash)
         if info.verification is None:
@@ -274,6 +290,7 @@ class CasStore:
             shard = parse_shard(body)
         except FormatError as exc:
             raise StoreError(400, f"invalid shard: {exc}") from None
+        self._check_work_bound(shard)
         shard_id = hashes.hash_to_hex(hashes.keyed_hash(bytes(32), body))
         layouts: dict[bytes, XorbLayout] = {}
         for info in shard.cas:

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install the third-party XET clients the tests use as real peers (besides hf-xet, a Python wheel):
+#   huggingface.js (@huggingface/hub, pinned with its lock file in tests/peers/) into .cache/hfjs/.
+# Idempotent: a second run only compares the installed lock file with the pinned one.
+# Needs node >= 18 and npm; as root on Debian/Ubuntu they are installed when missing.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PEERS="$ROOT/tests/peers"
+DEST="$ROOT/.cache/hfjs"
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "git-xet: installing system packages for the test peers: nodejs npm" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq nodejs npm >/dev/null
+  else
+    echo "git-xet: the huggingface.js test peer needs node and npm" >&2
+    echo "         (Debian/Ubuntu: sudo apt-get install nodejs npm), then rerun bash install/test.sh" >&2
+    exit 1
+  fi
+fi
+major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "$major" -lt 18 ]; then
+  echo "git-xet: the huggingface.js test peer needs node >= 18, found $(node --version)" >&2
+  exit 1
+fi
+
+# The installed tree is current when npm's record of it matches the pinned lock file.
+if [ -f "$DEST/package-lock.json" ] && [ -d "$DEST/node_modules/@huggingface/hub" ] &&
+   cmp -s "$PEERS/package-lock.json" "$DEST/package-lock.json"; then
+  exit 0
+fi
+mkdir -p "$DEST"
+cp "$PEERS/package.json" "$PEERS/package-lock.json" "$DEST/"
+log="$DEST/install.log"
+if ! (cd "$DEST" && npm ci --no-audit --no-fund --loglevel=error) >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "git-xet: installing the huggingface.js test peer into $DEST failed; full log: $log" >&2
+  exit 1
+fi
