@@ -1,0 +1,133 @@
+"""Many small LFS files: `git push` and a fresh `git clone` of one commit holding `--files` files
+of 4-64 KiB, through git-xet into `git xet serve`, through git-xet into a local directory store,
+and through stock git-lfs `basic` to a plain LFS server, same files, same run.
+
+    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local] [--json OUT]
+
+Per-object costs dominate here (requests, git subprocesses, fsyncs, agent work), not bytes:
+the targets are git-xet within 1.5x of git-lfs through the server and 1.2x through the local
+store, each object still durable before git-lfs is told it is complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, median, timed, write_json  # noqa: E402
+from git_e2e import plain_lfs_server  # noqa: E402
+
+from tests.gitenv import GitEnv, make_git_env  # noqa: E402
+from tests.server_process import running_server  # noqa: E402
+
+TOOLS = ("git-lfs", "git-xet", "git-xet-local")
+KIB = 1024
+
+
+@contextmanager
+def remote_for(tool: str, root: Path, genv: GitEnv) -> Iterator[None]:
+    if tool == "git-xet":
+        with running_server(root / "server" / "data") as srv:
+            genv.git_xet("install", "--standalone", srv.url)
+            genv.git("config", "--global", "xet.token", srv.token("write"))
+            yield
+    elif tool == "git-xet-local":
+        genv.git_xet("install", "--standalone", str(root / "store"))
+        yield
+    else:
+        with plain_lfs_server(root / "lfs-server") as (url, _log):
+            genv.git("lfs", "install")
+            genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
+            yield
+
+
+def make_files(directory: Path, count: int, seed: int = 0) -> list[Path]:
+    rng = random.Random(seed)
+    directory.mkdir(parents=True)
+    paths = []
+    for i in range(count):
+        paths.append(directory / f"f{i:05d}.bin")
+        paths[-1].write_bytes(rng.randbytes(rng.randint(4 * KIB, 64 * KIB)))
+    return paths
+
+
+def run_tool(tool: str, root: Path, sources: list[Path]) -> dict[str, float]:
+    genv = make_git_env(root)
+    with remote_for(tool, root, genv):
+        genv.git("init", "-q", "--bare", str(root / "remote.git"))
+        work = root / "work"
+        genv.git("init", "-q", str(work))
+        genv.git("lfs", "track", "*.bin", cwd=work)
+        for src in sources:
+            shutil.copyfile(src, work / src.name)
+        genv.git("add", ".", cwd=work)
+        genv.git("commit", "-qm", "v1", cwd=work)
+        genv.git("remote", "add", "origin", str(root / "remote.git"), cwd=work)
+        push = timed(["git", "push", "-q", "origin", "main"], cwd=work, env=genv.env, stderr_to=root / "push.stderr")
+        clone = timed(["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], cwd=root, env=genv.env, stderr_to=root / "clone.stderr")
+        for src in sources:
+            if (root / "clone" / src.name).read_bytes() != src.read_bytes():
+                raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
+    return {"push": push["seconds"], "clone": clone["seconds"]}
+
+
+def run(files: int, repeats: int, tools: tuple[str, ...]) -> dict:
+    results: dict[str, list[dict[str, float]]] = {t: [] for t in tools}
+    with tempfile.TemporaryDirectory(prefix="git-xet-bench-files-") as tmp:
+        base = Path(tmp)
+        sources = make_files(base / "sources", files)
+        for r in range(repeats):
+            order = tools if r % 2 == 0 else tuple(reversed(tools))
+            for tool in order:
+                root = base / f"{tool}-{r}"
+                results[tool].append(run_tool(tool, root, sources))
+                shutil.rmtree(root, ignore_errors=True)
+    summary: dict = {"files": files, "repeats": repeats, "machine": machine(), "tools": {}}
+    for tool, runs in results.items():
+        summary["tools"][tool] = {phase: median([run[phase] for run in runs]) for phase in ("push", "clone")}
+    if "git-lfs" in results:
+        base_runs = results["git-lfs"]
+        for tool in results:
+            if tool != "git-lfs":
+                summary["tools"][tool]["ratio"] = {
+                    phase: median([ours[phase] / theirs[phase] for ours, theirs in zip(results[tool], base_runs)]) for phase in ("push", "clone")
+                }
+    return summary
+
+
+def print_table(summary: dict) -> None:
+    print(f"{summary['files']} LFS files of 4-64 KiB, push and fresh clone, median of {summary['repeats']}; {summary['machine']}")
+    print(f"{'tool':<15}{'push s':>8}{'clone s':>9}{'push ratio':>12}{'clone ratio':>13}")
+    for tool, m in summary["tools"].items():
+        ratio = m.get("ratio", {})
+        push_r = f"{ratio['push']:.2f}" if ratio else "-"
+        clone_r = f"{ratio['clone']:.2f}" if ratio else "-"
+        print(f"{tool:<15}{m['push']:>8.2f}{m['clone']:>9.2f}{push_r:>12}{clone_r:>13}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    tools = tuple(t for t in args.tools.split(",") if t)
+    if unknown := set(tools) - set(TOOLS):
+        parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
+    summary = run(args.files, args.repeats, tools)
+    print_table(summary)
+    write_json(args.json, summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
