@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,7 @@ from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
 from tests.datagen import random_bytes
 from tests.objects import single_xorb
-from tests.server_process import running_server
+from tests.server_process import RunningServer, running_server
 
 MIB = 1 << 20
 
@@ -34,6 +35,17 @@ def _tmpfs_wrapper(size_mib: int) -> tuple[str, ...]:
     userns = () if os.geteuid() == 0 else ("--user", "--map-root-user")
     assert shutil.which("unshare"), "unshare (util-linux) is needed to give the server a small disk"
     return ("unshare", *userns, "--mount", "sh", "-c", script, f"{size_mib}m")
+
+
+def _upload_statuses(server: RunningServer, count: int) -> list[int]:
+    """Statuses of the xorb PUTs in the access log, once `count` are there (a request's line is
+    written just after its response went out: wait for it, boundedly)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [line for line in server.log().splitlines() if '"path": "/v1/xorb-uploads/' in line]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return [json.loads(line.split(" ", 3)[-1])["status"] for line in lines]
+        time.sleep(0.05)
 
 
 def test_a_full_disk_answers_507_and_is_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,8 +68,7 @@ def test_a_full_disk_answers_507_and_is_not_retried(tmp_path: Path, monkeypatch:
         assert status == 507, "the 6 MiB disk never filled"
         assert "disk is full" in message and "failed after" not in message  # said once, not retried
         assert 1 <= len(stored) <= 3
-        records = [json.loads(line.split(" ", 3)[-1]) for line in server.log().splitlines() if '"path": "/v1/xorb-uploads/' in line]
-        assert [r["status"] for r in records] == [200] * len(stored) + [507]
+        assert _upload_statuses(server, len(stored) + 1) == [200] * len(stored) + [507]
         # What was stored before the disk filled is still whole.
         assert httpx.get(server.url + "/health").status_code == 200
 
