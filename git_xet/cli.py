@@ -11,6 +11,7 @@ import sys
 TYPE_CHECKING = False  # not typing's: the agent path below must not even import typing
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
     from collections.abc import Sequence
 
 
@@ -160,6 +161,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_token(args: argparse.Namespace) -> int:
     from .server.auth import Signer, load_or_create_secret
 
+    problem = _not_a_server_data_dir(args.data)
+    if problem:
+        print(f"git-xet token: {problem}", file=sys.stderr)
+        return 1
     token, exp = Signer(load_or_create_secret(args.data)).mint(args.scope, args.ttl, args.repo)
     if args.json:
         import json
@@ -168,6 +173,42 @@ def _cmd_token(args: argparse.Namespace) -> int:
     else:
         print(token)
     return 0
+
+
+def _not_a_server_data_dir(data: Path) -> str | None:
+    """Why `data` is not the data directory of a `git xet serve` (None: it is). A mistyped
+    --data would otherwise create a fresh secret and print a token the real server rejects."""
+    from .client.location import STORE_MARKER
+
+    if (data / STORE_MARKER).is_file():
+        return f"{data} is a serverless directory store, which needs no tokens; tokens are for `git xet serve --data {data}`"
+    if not (data / "index.sqlite").is_file():
+        return (
+            f"{data} is not a `git xet serve` data directory (no index.sqlite); pass the --data the server runs with "
+            "(a new server creates it when it first starts)"
+        )
+    return None
+
+
+# git-lfs drops batch actions that expire within 5 s of its check; 3 s more for the answer to reach it.
+MIN_CAS_TOKEN_TTL = 8
+
+
+def _seconds_at_least(floor: int, why: str):
+    """An argparse type: whole seconds, refused below `floor` with the reason."""
+
+    def parse(text: str) -> int:
+        import argparse
+
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of seconds") from None
+        if value < floor:
+            raise argparse.ArgumentTypeError(f"{value} s is too short: at least {floor} s ({why})")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,7 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080, help="0 picks a free port (printed on stdout)")
     serve.add_argument("--public-url", help="base URL clients reach this server at (default: from each request)")
     serve.add_argument("--url-ttl", type=int, default=3600, help="lifetime of signed xorb URLs, seconds")
-    serve.add_argument("--cas-token-ttl", type=int, default=900, help="lifetime of CAS tokens the LFS batch API and token routes hand out, seconds")
+    serve.add_argument(
+        "--cas-token-ttl",
+        type=_seconds_at_least(MIN_CAS_TOKEN_TTL, "git-lfs refuses batch actions that expire within 5 s; the Hub uses about 900"),
+        default=900, help="lifetime of CAS tokens the LFS batch API and token routes hand out, seconds")
     serve.add_argument("--no-upload-grants", action="store_true", help="do not offer upload grants (clients then POST xorbs to /v1/xorbs)")
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_cmd_serve)

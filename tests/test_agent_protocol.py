@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from git_xet.client.location import create_local_store
 from tests.datagen import random_bytes
 
 
@@ -50,6 +51,7 @@ def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
     outside = tmp_path.parent / f"{tmp_path.name}-outside.bin"
     outside.write_bytes(data)
     store = tmp_path / "store"
+    create_local_store(store)  # as `git xet install --standalone` does; the agent never creates one
     lines = [
         INIT,
         "this is not json",

@@ -45,18 +45,32 @@ class StandaloneTarget:
     token: str | None
 
 
+def configured_endpoint() -> tuple[str, str] | None:
+    """(the store location as written, where it was written), or None when unset."""
+    env = os.environ.get("GIT_XET_ENDPOINT")
+    if env:
+        return env, "$GIT_XET_ENDPOINT"
+    value = git_config("xet.endpoint")
+    return (value, "xet.endpoint") if value else None
+
+
 def standalone_target() -> StandaloneTarget:
-    endpoint = os.environ.get("GIT_XET_ENDPOINT") or git_config("xet.endpoint")
-    if not endpoint:
+    from ..client.location import LocationError, parse_store_location
+
+    configured = configured_endpoint()
+    if configured is None:
         raise ConfigError(
             "no XET store is configured for this repository; run `git xet install --standalone <directory or https URL>` "
             "or set `git config xet.endpoint ...`"
         )
-    token = os.environ.get("GIT_XET_TOKEN") or git_config("xet.token")
-    if endpoint.startswith(("http://", "https://")):
-        return StandaloneTarget("http", endpoint.rstrip("/"), token)
-    path = endpoint.removeprefix("file://")
-    return StandaloneTarget("local", str(Path(path).expanduser().resolve()), None)
+    text, source = configured
+    try:
+        where = parse_store_location(text)
+    except LocationError as exc:
+        raise ConfigError(f"{source} is not usable: {exc}; fix it with `git xet install --standalone ...`") from None
+    if where.kind == "http":
+        return StandaloneTarget("http", where.location, os.environ.get("GIT_XET_TOKEN") or git_config("xet.token"))
+    return StandaloneTarget("local", where.location, None)
 
 
 def lfs_endpoint(remote: str | None) -> str:

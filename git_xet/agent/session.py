@@ -22,13 +22,25 @@ from ..client.tokens import RefreshingToken, StaticToken
 from ..core.hashes import is_hash_hex
 from ..pipelines.download import download_to_path
 from ..pipelines.upload import Uploader
-from .endpoints import ConfigError, credential_headers, git_common_dir, git_config, hub_repo, lfs_endpoint, standalone_target
+from .endpoints import ConfigError, configured_endpoint, credential_headers, git_common_dir, git_config, hub_repo, lfs_endpoint, standalone_target
 from .progress import Progress
 from .protocol import Transfer
 
 log = logging.getLogger("git_xet.agent")
 
 ATTEMPTS = 3  # git-lfs never retries an agent error, so we do
+
+
+def _existing_store(path: Path) -> Path:
+    """The agent never creates a store: only install does (see client/location.py)."""
+    from ..client.location import is_local_store
+
+    if not is_local_store(path):
+        raise ConfigError(
+            f"the XET store {path} does not exist; create it with `git xet install --standalone {path}`, "
+            "or fix xet.endpoint if the path is mistyped or its drive is not mounted"
+        )
+    return path
 
 
 class AgentSession:
@@ -55,7 +67,7 @@ class AgentSession:
         backend = self._backends.get(key)
         if backend is None:
             if target.kind == "local":
-                backend = LocalStoreBackend(Path(target.location))
+                backend = LocalStoreBackend(_existing_store(Path(target.location)))
             else:
                 backend = HttpCasBackend(target.location, StaticToken(target.token), http=self._http_client())
             self._backends[key] = backend
@@ -162,7 +174,7 @@ class AgentSession:
         """The store for this object, and how to find an oid's XET hash there (a non-None
         answer for an upload means: already stored). None as the store: nothing to do."""
         if req.action is None:
-            if os.environ.get("GIT_XET_ENDPOINT") or git_config("xet.endpoint"):
+            if configured_endpoint() is not None:
                 return self._standalone()
             return self._own_batch(req)
         backend = self._negotiated(req.action)

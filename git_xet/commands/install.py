@@ -16,6 +16,7 @@ from pathlib import Path
 
 AGENT = "xet"
 SCOPED_URL = "https://{remote}.git-xet.invalid/lfs"
+CONCURRENCY_MARK = "xet.installedconcurrenttransfers"  # install set lfs.concurrenttransfers
 
 
 class GitError(Exception):
@@ -58,8 +59,27 @@ def agent_command() -> tuple[str, str]:
 
 
 def install(scope: Scope, standalone: str | None, remote: str | None, concurrency: int | None, native: str | None = None) -> list[str]:
-    """Configure git; returns human-readable lines of what was done."""
+    """Configure git; returns human-readable lines of what was done. Every argument is checked
+    before git's configuration is touched."""
+    from ..client.location import LocationError, create_local_store, parse_store_location
+
+    where = None
+    if standalone:
+        try:
+            where = parse_store_location(standalone, relative_to=Path.cwd())
+        except LocationError as exc:
+            raise GitError(f"--standalone {exc}") from None
+    if native and not native.startswith(("https://", "http://")):
+        raise GitError(f"--native needs the Hub's URL with its scheme, e.g. https://huggingface.co (got '{native}')")
+    if concurrency is not None and concurrency < 1:
+        raise GitError("--concurrency must be at least 1 (git-lfs's default is 8)")
     done = []
+    if where is not None and where.kind == "local":
+        try:
+            created = create_local_store(Path(where.location))
+        except (LocationError, OSError) as exc:
+            raise GitError(f"cannot use {where.location} as the store: {exc}") from None
+        done.append(f"{'created a new' if created else 'using the existing'} XET store at {where.location}")
     if _git("config", "--get", "filter.lfs.process", check=False).returncode != 0:
         lfs_args = ["lfs", "install"] + (["--skip-repo"] if scope.flag != "--local" else ["--local"])
         if scope.flag == "--system":
@@ -73,31 +93,41 @@ def install(scope: Scope, standalone: str | None, remote: str | None, concurrenc
     done.append(f"registered the transfer agent: {path} {args}")
     if concurrency is not None:
         _set(scope, "lfs.concurrenttransfers", str(concurrency))
+        _set(scope, CONCURRENCY_MARK, "true")  # so uninstall removes only what install set
         done.append(f"lfs.concurrenttransfers = {concurrency}")
     if native:
         # git matches `lfs.<url>.*` keys against the LFS endpoint by URL prefix.
         _set(scope, f"lfs.{native.rstrip('/')}/.standalonetransferagent", AGENT)
         done.append(f"LFS endpoints under {native} use git-xet directly (native XET uploads and downloads)")
-    if standalone:
-        endpoint = standalone if standalone.startswith(("http://", "https://")) else str(Path(standalone).expanduser().resolve())
-        _set(scope, "xet.endpoint", endpoint)
+    if where is not None:
+        _set(scope, "xet.endpoint", where.location)
         if remote:
             url = SCOPED_URL.format(remote=remote)
             _set(scope, f"remote.{remote}.lfsurl", url)
             _set(scope, f"lfs.{url}.standalonetransferagent", AGENT)
-            done.append(f"remote '{remote}' stores LFS objects in {endpoint} (standalone)")
+            done.append(f"remote '{remote}' stores LFS objects in {where.location} (standalone)")
         else:
             _set(scope, "lfs.standalonetransferagent", AGENT)
-            done.append(f"every remote stores LFS objects in {endpoint} (standalone)")
+            done.append(f"every remote stores LFS objects in {where.location} (standalone)")
     return done
 
 
 def uninstall(scope: Scope) -> list[str]:
-    for key in (f"lfs.customtransfer.{AGENT}.path", f"lfs.customtransfer.{AGENT}.args", f"lfs.customtransfer.{AGENT}.concurrent", "xet.endpoint", "lfs.standalonetransferagent"):
+    """Remove every key install sets at this scope: the agent, standalone routing, the
+    concurrency install set (not one the user set), and every `xet.*` key (endpoint, token)."""
+    for key in (f"lfs.customtransfer.{AGENT}.path", f"lfs.customtransfer.{AGENT}.args", f"lfs.customtransfer.{AGENT}.concurrent"):
         _unset(scope, key)
+    if _git("config", scope.flag, "--get", CONCURRENCY_MARK, check=False).stdout.strip() == "true":
+        _unset(scope, "lfs.concurrenttransfers")
+    if _git("config", scope.flag, "--get", "lfs.standalonetransferagent", check=False).stdout.strip() == AGENT:
+        _unset(scope, "lfs.standalonetransferagent")
     listing = _git("config", scope.flag, "--name-only", "--get-regexp", r"^(lfs\..*\.standalonetransferagent|remote\..*\.lfsurl)$", check=False)
     for key in listing.stdout.split():
         value = _git("config", scope.flag, "--get", key, check=False).stdout.strip()
         if key.endswith(".standalonetransferagent") and value == AGENT or key.endswith(".lfsurl") and ".git-xet.invalid/" in value:
             _unset(scope, key)
-    return ["removed git-xet's git configuration (git-lfs itself is left installed)"]
+    xet_keys = _git("config", scope.flag, "--name-only", "--get-regexp", r"^xet\.", check=False).stdout.split()
+    for key in sorted(set(xet_keys)):
+        _unset(scope, key)
+    removed = ", ".join(sorted(set(xet_keys))) or "none"
+    return [f"removed git-xet's git configuration {scope.flag} (xet.* keys: {removed}); git-lfs itself is left installed"]
