@@ -130,17 +130,61 @@ def _cmd_track(args: argparse.Namespace) -> int:
 def _cmd_cache(args: argparse.Namespace) -> int:
     from .commands import cache
 
-    lines = cache.show() if args.action == "show" else cache.prune(_parse_size(args.max_size) if args.max_size else None, args.all)
+    lines = cache.show() if args.action == "show" else cache.prune(args.max_size, args.all)
     print("\n".join(lines))
     return 0
 
 
 def _parse_size(text: str) -> int:
+    """A size such as 500M, 2G, 2GiB or 1048576 (binary units), for argparse."""
+    import argparse
+    import re
+
     units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    number, unit = text.strip().lower().rstrip("ib"), ""
-    if number and number[-1] in units:
-        number, unit = number[:-1], number[-1]
-    return int(float(number) * units[unit])
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size; write a number with an optional unit: 500M, 2G, 1T")
+    return int(float(match.group(1)) * units[match.group(2)])
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from .agent.endpoints import ConfigError, git_common_dir
+    from .agent.summary import describe, last_push
+
+    try:
+        state = git_common_dir() / "xet"
+    except ConfigError as exc:
+        print(f"git-xet stats: {exc}; run it inside the repository you pushed from", file=sys.stderr)
+        return 1
+    totals = last_push(state)
+    if args.json:
+        import json
+        from dataclasses import asdict
+
+        print(json.dumps(asdict(totals) if totals else None))
+    else:
+        print(f"last push: {describe(totals)}" if totals else "no push through git-xet recorded in this repository yet")
+    return 0
+
+
+def _cmd_clone(args: argparse.Namespace) -> int:
+    from .commands.clone import clone
+
+    return _report_git_config("clone", lambda: clone(args.url, args.directory, args.store, args.origin))
+
+
+def _cmd_help(args: argparse.Namespace) -> int:
+    parser = build_parser()
+    if args.man:
+        from .commands.manpage import render
+
+        print(render(parser), end="")
+        return 0
+    if args.topic:
+        return _main([args.topic, "--help"])
+    parser.print_help()
+    print("\nRun `git xet help COMMAND` (or `git-xet COMMAND --help`) for a command's options.")
+    return 0
 
 
 def _cmd_transfer(_args: argparse.Namespace | None = None) -> int:
@@ -215,7 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
     import argparse
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(prog="git-xet", description="XET storage for Git LFS.")
+    class OneLineErrors(argparse.ArgumentParser):
+        """Usage errors as one line with where to look, not the usage block."""
+
+        def error(self, message: str):  # type: ignore[override]
+            topic = self.prog.removeprefix("git-xet").strip()
+            self.exit(2, f"{self.prog}: error: {message} (see `git xet help{' ' + topic if topic else ''}`)\n")
+
+    parser = OneLineErrors(prog="git-xet", description="XET storage for Git LFS.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -258,9 +309,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     cache_cmd = sub.add_parser("cache", help="show or prune the local shard cache")
     cache_cmd.add_argument("action", choices=["show", "prune"])
-    cache_cmd.add_argument("--max-size", help="with prune: cap the cache per store, e.g. 2G")
+    cache_cmd.add_argument("--max-size", type=_parse_size, help="with prune: cap the cache per store, e.g. 500M or 2G")
     cache_cmd.add_argument("--all", action="store_true", help="with prune: remove everything")
     cache_cmd.set_defaults(func=_cmd_cache)
+
+    stats = sub.add_parser("stats", help="what the last push from this repository sent and deduplicated")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(func=_cmd_stats)
+
+    clone_cmd = sub.add_parser("clone", help="clone a repository whose LFS objects are in an XET store for one remote (see README)")
+    clone_cmd.add_argument("url", metavar="URL")
+    clone_cmd.add_argument("directory", nargs="?", metavar="DIR")
+    clone_cmd.add_argument("--store", help="the XET store (default: xet.endpoint from the repository's committed .xetconfig)")
+    clone_cmd.add_argument("--origin", default="origin", help="name of the remote (default: origin)")
+    clone_cmd.set_defaults(func=_cmd_clone)
+
+    help_cmd = sub.add_parser("help", help="show help for git-xet or one of its commands")
+    help_cmd.add_argument("topic", nargs="?", metavar="COMMAND")
+    help_cmd.add_argument("--man", action="store_true", help="print the manual page (roff), as install/install.sh installs it")
+    help_cmd.set_defaults(func=_cmd_help)
 
     transfer = sub.add_parser("transfer", help="the Git LFS custom transfer agent (run by git-lfs, not by hand)")
     transfer.set_defaults(func=_cmd_transfer)
@@ -289,6 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _main(argv: list[str]) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help, or a usage error already printed
+        return int(exc.code or 0)
+    return int(args.func(args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["transfer"]:
@@ -297,8 +373,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .memory import tune_allocator
 
     tune_allocator()
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    debug = "--debug" in argv  # hidden: the traceback of an unexpected error
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("git-xet: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every error is one line unless --debug
+        if debug:
+            raise
+        name = argv[0] if argv else "git-xet"
+        detail = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror and exc.filename else str(exc) or type(exc).__name__
+        print(f"git-xet {name}: error: {detail} (run again with --debug for the details)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

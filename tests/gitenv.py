@@ -50,6 +50,7 @@ def make_git_env(tmp: Path) -> GitEnv:
         GIT_TERMINAL_PROMPT="0",
         GIT_XET_CACHE=str(tmp / "xet-cache"),
         GIT_XET_LOG=str(tmp / "agent.log"),
+        GIT_XET_QUIET="1",  # no notices on the terminal of whoever runs the tests (tests of them unset it)
         PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
     )
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_XET_ENDPOINT", "GIT_XET_TOKEN", "HF_TOKEN"):

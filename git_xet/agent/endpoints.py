@@ -54,6 +54,16 @@ def configured_endpoint() -> tuple[str, str] | None:
     return (value, "xet.endpoint") if value else None
 
 
+def auth_fix() -> str:
+    """What to do about refused credentials, for the mode in use."""
+    if configured_endpoint() is not None:  # standalone: a `git xet serve` and its own tokens
+        return (
+            "mint a token on the server with `git xet token --data <its data directory> --scope write` "
+            "and store it with `git config --global xet.token <token>` (or set $GIT_XET_TOKEN)"
+        )
+    return "set $HF_TOKEN to a token with write access, or store your credentials with `git credential approve`"
+
+
 def standalone_target() -> StandaloneTarget:
     from ..client.location import LocationError, parse_store_location
 

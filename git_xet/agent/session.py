@@ -24,6 +24,8 @@ from ..pipelines.download import download_to_path
 from ..pipelines.upload import Uploader
 from .endpoints import ConfigError, configured_endpoint, credential_headers, git_common_dir, git_config, hub_repo, lfs_endpoint, standalone_target
 from .progress import Progress
+from .summary import PushSummary
+from .terminal import tell
 from .protocol import Transfer
 
 log = logging.getLogger("git_xet.agent")
@@ -43,6 +45,19 @@ def _existing_store(path: Path) -> Path:
     return path
 
 
+def _label_cache(directory: Path, key: str) -> None:
+    """Name the store in its shard-cache directory (whose name is a hash), for `git xet cache show`."""
+    from ..client.location import CACHE_LABEL
+
+    label = directory / CACHE_LABEL
+    if not label.exists():
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            label.write_text(key + "\n", encoding="utf-8")
+        except OSError as exc:
+            log.info("could not label the shard cache %s: %s", directory, exc)
+
+
 class AgentSession:
     def __init__(self, remote: str | None = None) -> None:
         from ..memory import tune_allocator
@@ -53,6 +68,7 @@ class AgentSession:
         self._backends: dict[str, XetBackend] = {}
         self._uploaders: dict[str, Uploader] = {}
         self._storage_roots: list[Path] | None = None
+        self._summary: PushSummary | None = None
 
     def _http_client(self):
         if self._http is None:
@@ -95,9 +111,7 @@ class AgentSession:
                 json={"operation": operation, "transfers": transfers, "objects": [{"oid": oid, "size": size}], "hash_algo": "sha256"},
                 headers={"Accept": "application/vnd.git-lfs+json", "Content-Type": "application/vnd.git-lfs+json", **headers},
             )
-            if resp.status_code in (401, 403):
-                raise TransferError(f"the LFS server refused your credentials (HTTP {resp.status_code}); set HF_TOKEN or store them with `git credential approve`")
-            if resp.status_code != 200:
+            if resp.status_code != 200:  # 401/403 carry the server's reason; the agent adds the fix
                 raise HttpStatusError(f"LFS batch request to {endpoint}", resp)  # 429/5xx: retried
             return resp
 
@@ -194,7 +208,7 @@ class AgentSession:
             except TransferError as exc:
                 if not exc.retryable or attempt == ATTEMPTS - 1:
                     raise
-                log.warning("%s of %s failed (%s); retrying", req.operation, req.oid[:12], exc)
+                log.warning("%s of %s failed (%s); trying again", req.operation, req.oid[:12], exc, extra={"notice": True})
                 time.sleep(1 + attempt)
         raise AssertionError("unreachable")
 
@@ -221,18 +235,30 @@ class AgentSession:
         if size != req.size:
             raise TransferError(f"{req.path} is {size} bytes, but the request says {req.size}")
 
+    def _push_summary(self) -> PushSummary:
+        if self._summary is None:
+            self._summary = PushSummary(git_common_dir() / "xet")
+            self._summary.started()
+        return self._summary
+
     def _upload(self, req: Transfer, progress: Progress) -> None:
         self._check_upload_source(req)
+        totals = self._push_summary().totals
         backend, lookup = self._backend_for(req)
         if backend is None or lookup(req.oid) is not None:
             log.info("%s already stored", req.oid[:12])
+            totals.already_stored += 1
+            totals.already_stored_bytes += req.size
             return
         key = backend.cache_key
         uploader = self._uploaders.get(key)
         if uploader is None:
-            uploader = Uploader(backend, ShardCache(default_cache_root(), key), progress=progress.add)
+            cache = ShardCache(default_cache_root(), key)
+            _label_cache(cache.dir, key)
+            uploader = Uploader(backend, cache, progress=progress.add)
             self._uploaders[key] = uploader
         uploader.progress = progress.add
+        sent_before = uploader.stats.xorb_bytes_sent
         try:
             result = uploader.add_file(req.path)
             if result.sha256 != req.oid:
@@ -244,6 +270,11 @@ class AgentSession:
             uploader.close()
             raise
         log.info("uploaded %s: %d new bytes, %d deduplicated", req.oid[:12], result.new_bytes, result.deduped_bytes)
+        totals.files += 1
+        totals.file_bytes += req.size
+        totals.sent_bytes += uploader.stats.xorb_bytes_sent - sent_before
+        totals.new_bytes += result.new_bytes
+        totals.deduped_bytes += result.deduped_bytes
 
     def _download(self, req: Transfer, progress: Progress) -> str:
         backend, lookup = self._backend_for(req)
@@ -260,3 +291,12 @@ class AgentSession:
     def close(self) -> None:
         for uploader in self._uploaders.values():
             uploader.close()
+        if self._summary is not None:
+            try:
+                line = self._summary.close()
+            except OSError as exc:  # the summary is a courtesy; the push itself is done
+                log.info("could not record the push summary: %s", exc)
+                return
+            if line:
+                log.info("push summary: %s", line)
+                tell(line)

@@ -33,6 +33,9 @@ def _setup_logging() -> logging.Logger:
     handler.setFormatter(logging.Formatter(f"%(asctime)s git-xet[{os.getpid()}] %(name)s %(levelname)s %(message)s"))
     root = logging.getLogger("git_xet")
     root.addHandler(handler)
+    from .terminal import TerminalHandler
+
+    root.addHandler(TerminalHandler())  # retries and the like, where the user can see them
     root.setLevel(logging.DEBUG if (target or trace) else logging.WARNING)
     return logging.getLogger("git_xet.agent")
 
@@ -41,6 +44,11 @@ def _describe(exc: BaseException) -> str:
     from ..client.errors import TransferError
     from .endpoints import ConfigError
 
+    if isinstance(exc, TransferError) and exc.status in (401, 403):
+        from .endpoints import auth_fix
+
+        text = str(exc)
+        return text if "HF_TOKEN" in text else f"{text}; {auth_fix()}"
     if isinstance(exc, (TransferError, ConfigError)):
         return str(exc)
     if isinstance(exc, OSError):

@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 STORE_MARKER = "git-xet-store"
+CACHE_LABEL = "store"  # in each shard-cache directory (named by a hash): the store it describes
 _MARKER_TEXT = "git-xet directory store, format 1 (objects + index.sqlite; servable with `git xet serve --data`)\n"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _HOST_LIKE = re.compile(r"^(localhost|\[[0-9a-fA-F:.]+\]|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(:\d+)?(/.*)?$")

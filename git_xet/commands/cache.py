@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
+from ..client.location import CACHE_LABEL
 from ..client.shard_cache import ShardCache, default_cache_root
 
 
@@ -13,15 +17,42 @@ def _store_dirs(root: Path) -> list[Path]:
     return sorted(p for p in shards.iterdir() if p.is_dir()) if shards.is_dir() else []
 
 
+def _configured_keys() -> list[str]:
+    """Cache keys of the stores configured here, for directories made before they were labelled."""
+    from ..client.location import LocationError, parse_store_location
+
+    proc = subprocess.run(["git", "config", "--get-all", "xet.endpoint"], capture_output=True, text=True, timeout=30, check=False)
+    keys = []
+    for text in [os.environ.get("GIT_XET_ENDPOINT", ""), *proc.stdout.splitlines()]:
+        try:
+            where = parse_store_location(text)
+        except LocationError:
+            continue
+        keys.append(f"local:{where.location}" if where.kind == "local" else where.location)
+    return keys
+
+
+def _store_name(directory: Path, known: dict[str, str]) -> str:
+    """The store a cache directory describes: a directory path or a URL."""
+    try:
+        key = (directory / CACHE_LABEL).read_text(encoding="utf-8").strip()
+    except OSError:
+        key = known.get(directory.name, "")
+    if not key:
+        return "(unknown store)"
+    return key.removeprefix("local:")
+
+
 def show() -> list[str]:
     root = default_cache_root()
+    known = {hashlib.sha256(k.encode("utf-8")).hexdigest()[:24]: k for k in _configured_keys()}
     lines = [f"cache root: {root}"]
     total = 0
     for directory in _store_dirs(root):
         files = list(directory.glob("*.mdb"))
         size = sum(f.stat().st_size for f in files)
         total += size
-        lines.append(f"  {directory.name}: {len(files)} shards, {size / 2**20:.1f} MiB")
+        lines.append(f"  {_store_name(directory, known)}: {len(files)} shards, {size / 2**20:.1f} MiB  ({directory.name})")
     lines.append(f"total: {total / 2**20:.1f} MiB")
     return lines
 
@@ -32,10 +63,11 @@ def prune(max_bytes: int | None, everything: bool) -> list[str]:
         if (root / "shards").exists():
             shutil.rmtree(root / "shards")
         return [f"removed every cached shard under {root}"]
+    known = {hashlib.sha256(k.encode("utf-8")).hexdigest()[:24]: k for k in _configured_keys()}
     out = []
     for directory in _store_dirs(root):
         cache = ShardCache.at(directory, max_bytes=max_bytes) if max_bytes is not None else ShardCache.at(directory)
         before = cache.size()
         cache.load()  # drops expired shards and enforces the size cap
-        out.append(f"{directory.name}: {before / 2**20:.1f} -> {cache.size() / 2**20:.1f} MiB")
+        out.append(f"{_store_name(directory, known)}: {before / 2**20:.1f} -> {cache.size() / 2**20:.1f} MiB")
     return out or ["nothing cached"]

@@ -55,9 +55,12 @@ def checks() -> Iterator[Check]:
 
     standalone = _config("lfs.standalonetransferagent")
     endpoint = os.environ.get("GIT_XET_ENDPOINT") or _config("xet.endpoint")
+    native = _native_urls()
     if standalone == "xet" or endpoint:
         yield from _check_endpoint(endpoint)
-    else:
+    for url in native:
+        yield from _check_native(url)
+    if not (standalone == "xet" or endpoint or native):
         yield Check(True, "mode: server-negotiated (the LFS server must offer XET, as the Hugging Face Hub does)")
 
     from ..client.shard_cache import default_cache_root
@@ -67,29 +70,114 @@ def checks() -> Iterator[Check]:
     yield Check(True, f"shard cache: {root} ({size / 2**20:.1f} MiB)")
 
 
+def _native_urls() -> list[str]:
+    """URLs given to `git xet install --native` (lfs.<url>/.standalonetransferagent=xet)."""
+    proc = _run("git", "config", "--get-regexp", r"^lfs\..*\.standalonetransferagent$")
+    urls = []
+    for line in proc.stdout.splitlines() if proc and proc.returncode == 0 else []:
+        key, _, value = line.partition(" ")
+        url = key[len("lfs.") : -len(".standalonetransferagent")]
+        if value.strip() == "xet" and ".git-xet.invalid/" not in url:
+            urls.append(url.rstrip("/"))
+    return urls
+
+
+def _reason(resp) -> str:
+    """A server's own explanation of a refusal, as its JSON error body gives it."""
+    try:
+        body = resp.json()
+        return str(body.get("error") or body.get("message") or "") if isinstance(body, dict) else ""
+    except ValueError:
+        return ""
+
+
+def _refused(what: str, resp) -> str:
+    reason = _reason(resp)
+    return f"{what} refused (HTTP {resp.status_code}{': ' + reason if reason else ''})"
+
+
 def _check_endpoint(endpoint: str | None) -> Iterator[Check]:
+    from ..client.location import LocationError, is_local_store, parse_store_location
+
     if not endpoint:
         yield Check(False, "standalone mode without a store", "run `git xet install --standalone <directory or URL>`")
         return
-    if not endpoint.startswith(("http://", "https://")):
-        path = Path(endpoint.removeprefix("file://")).expanduser()
-        parent = path if path.exists() else path.parent
-        writable = parent.exists() and os.access(parent, os.W_OK)
-        yield Check(writable, f"mode: standalone, local store {path}", f"create {parent} or make it writable")
+    try:
+        where = parse_store_location(endpoint)
+    except LocationError as exc:
+        yield Check(False, f"xet.endpoint is not a store location: {exc}", "run `git xet install --standalone <https URL or absolute directory>`")
         return
+    if where.kind == "local":
+        path = Path(where.location)
+        if not is_local_store(path):
+            yield Check(False, f"mode: standalone, but the directory store {path} does not exist (pushes will fail)", f"run `git xet install --standalone {path}`, or fix xet.endpoint")
+            return
+        writable = os.access(path, os.W_OK) and os.access(path / "index.sqlite", os.W_OK) if (path / "index.sqlite").exists() else os.access(path, os.W_OK)
+        yield Check(writable, f"mode: standalone, local store {path} (a directory)", f"make {path} writable for you")
+        return
+    yield from _check_server(where.location)
+
+
+def _check_server(url: str) -> Iterator[Check]:
     import httpx
 
     try:
-        health = httpx.get(endpoint.rstrip("/") + "/health", timeout=10)
-        reachable = health.status_code == 200
+        health = httpx.get(url + "/health", timeout=10)
     except httpx.HTTPError as exc:
-        yield Check(False, f"mode: standalone, server {endpoint} unreachable ({exc})", "start it (`git xet serve`) or fix xet.endpoint")
+        yield Check(False, f"mode: standalone, server {url} unreachable ({exc})", "start it (`git xet serve`) or fix xet.endpoint")
         return
-    yield Check(reachable, f"mode: standalone, server {endpoint}", "is this a `git xet serve` URL?")
+    try:
+        ours = health.status_code == 200 and health.json() == {"status": "ok"}
+    except ValueError:
+        ours = False
+    if not ours:
+        yield Check(False, f"mode: standalone, but {url} does not answer like `git xet serve` (GET /health: HTTP {health.status_code})", "set xet.endpoint to the URL `git xet serve` printed (or its public URL)")
+        return
+    yield Check(True, f"mode: standalone, server {url}")
     token = os.environ.get("GIT_XET_TOKEN") or _config("xet.token")
+    fix = "mint one on the server with `git xet token --data DIR --scope write` and store it with `git config --global xet.token ...`"
     if not token:
-        yield Check(False, "no access token", "mint one with `git xet token --data DIR` on the server and `git config xet.token ...`")
+        yield Check(False, "no access token", fix)
         return
-    probe = httpx.get(f"{endpoint.rstrip('/')}/v1/reconstructions/{'0' * 64}", headers={"Authorization": f"Bearer {token}"}, timeout=10)
-    valid = probe.status_code in (200, 404)
-    yield Check(valid, "access token accepted" if valid else f"access token refused (HTTP {probe.status_code})", "mint a new token and set `git config xet.token`")
+    auth = {"Authorization": f"Bearer {token}"}
+    read = httpx.get(f"{url}/v1/reconstructions/{'0' * 64}", headers=auth, timeout=10)
+    if read.status_code in (401, 403):
+        yield Check(False, _refused("access token", read), fix)
+        return
+    # An empty shard is refused (400) after the write scope is checked, so this stores nothing.
+    write = httpx.post(f"{url}/v1/shards", headers=auth, content=b"", timeout=10)
+    if write.status_code in (401, 403):
+        yield Check(False, f"access token allows reading only: pushes will fail ({_refused('write', write)})", fix)
+        return
+    yield Check(read.status_code == 404 and write.status_code in (200, 400), "access token accepted for reading and pushing", fix)
+
+
+def _check_native(url: str) -> Iterator[Check]:
+    """`--native URL`: our own batch calls with the user's Hub credentials."""
+    import httpx
+
+    from ..agent.endpoints import ConfigError, credential_headers, hub_repo, lfs_endpoint
+
+    yield Check(True, f"mode: native XET for LFS endpoints under {url}")
+    headers = credential_headers(url)
+    source = "$HF_TOKEN" if os.environ.get("HF_TOKEN") else "git credentials" if headers else None
+    if source is None:
+        yield Check(False, f"no credentials for {url}", "set HF_TOKEN, or store them with `git credential approve`")
+        return
+    try:
+        endpoint = lfs_endpoint(None)
+    except ConfigError:
+        endpoint = None
+    if endpoint is None or not endpoint.startswith(url):
+        yield Check(True, f"credentials for {url} from {source} (checked against a repository only when doctor runs inside one whose remote is there)")
+        return
+    route = hub_repo(endpoint).token_route("write")
+    try:
+        resp = httpx.get(route, headers=credential_headers(endpoint), timeout=15)
+    except httpx.HTTPError as exc:
+        yield Check(False, f"{url} unreachable ({exc})", "check the URL and your network or proxy")
+        return
+    if resp.status_code == 200:
+        yield Check(True, f"credentials from {source} allow pushing to {endpoint}")
+    else:
+        yield Check(False, _refused(f"credentials from {source} for pushing to {endpoint}:", resp), "use a token with write access to this repository (HF_TOKEN or `git credential approve`)")

@@ -1,0 +1,150 @@
+"""What a push sent and deduplicated: one line on the terminal per push, and `git xet stats`.
+
+git-lfs runs several agents per push and tells none of them which push it is or when the
+others finish. Each agent that uploads registers in `<git-common-dir>/xet/pushes.jsonl` under
+the id of the git-lfs process that started it, and appends its totals when it exits; the
+last of a push's agents to exit (every registered agent has reported) prints the sum. All
+registrations precede any exit: git-lfs sends `terminate` only once its whole queue is done.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LOG_NAME = "pushes.jsonl"
+_KEEP_BYTES = 256 * 1024  # the log is trimmed to its newest half beyond this
+
+
+@dataclass
+class PushTotals:
+    files: int = 0  # uploaded by this push
+    file_bytes: int = 0
+    sent_bytes: int = 0  # xorb bytes that went to the store (after compression)
+    new_bytes: int = 0  # chunk bytes the store did not have
+    deduped_bytes: int = 0  # chunk bytes it already had
+    already_stored: int = 0  # files the store had whole: nothing sent
+    already_stored_bytes: int = 0
+
+    def add(self, other: PushTotals) -> None:
+        for name, value in asdict(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
+
+def human(n: int) -> str:
+    """Decimal units, as git-lfs's progress meter prints them."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def describe(totals: PushTotals) -> str:
+    parts = []
+    if totals.files:
+        shared = 100 * totals.deduped_bytes / totals.file_bytes if totals.file_bytes else 0.0
+        parts.append(
+            f"uploaded {totals.files} file{'s' if totals.files != 1 else ''} ({human(totals.file_bytes)}): "
+            f"sent {human(totals.sent_bytes)}, {human(totals.deduped_bytes)} ({shared:.1f}%) already in the store"
+        )
+    if totals.already_stored:
+        n = totals.already_stored
+        parts.append(f"{n} file{'s' if n != 1 else ''} ({human(totals.already_stored_bytes)}) already stored, nothing sent")
+    return "; ".join(parts) or "nothing uploaded"
+
+
+def _lfs_process_id() -> str:
+    """The git-lfs process running this agent (through `sh -c`), with its start time so a
+    reused pid is a different push; the parent pid where /proc is not available."""
+    pid = os.getppid()
+    for _ in range(3):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return str(os.getppid())
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if name.startswith("git-lfs"):
+            return f"{pid}-{fields[19]}"  # field 22 of stat: start time
+        pid = int(fields[1])  # the parent's parent
+    return str(os.getppid())
+
+
+class PushSummary:
+    """This agent's part of a push; `close` reports it and, if last, tells the user the sum."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / LOG_NAME
+        self.push = _lfs_process_id()
+        self.totals = PushTotals()
+        self._registered = False
+
+    def _append(self, record: dict) -> list[dict]:
+        """Append under an exclusive lock; returns this push's records."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+", encoding="utf-8") as log:
+            fcntl.flock(log, fcntl.LOCK_EX)
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            log.seek(0)
+            lines = log.readlines()
+            if log.tell() > _KEEP_BYTES:
+                log.truncate(0)
+                log.writelines(lines[len(lines) // 2 :])
+        mine = []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("push") == self.push:
+                mine.append(entry)
+        return mine
+
+    def started(self) -> None:
+        if not self._registered:
+            self._registered = True
+            self._append({"push": self.push, "pid": os.getpid(), "event": "start", "time": time.time()})
+
+    def close(self) -> str | None:
+        """Report this agent's totals; the summary line when this agent is the push's last."""
+        if not self._registered:
+            return None
+        mine = self._append({"push": self.push, "pid": os.getpid(), "event": "done", "time": time.time(), **asdict(self.totals)})
+        started = {e["pid"] for e in mine if e.get("event") == "start"}
+        done = [e for e in mine if e.get("event") == "done"]
+        if started != {e["pid"] for e in done}:
+            return None
+        total = PushTotals()
+        for entry in done:
+            total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in asdict(total)}))
+        return describe(total)
+
+
+def last_push(state_dir: Path) -> PushTotals | None:
+    """The sum of the most recent push's reports (for `git xet stats`)."""
+    try:
+        lines = (state_dir / LOG_NAME).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    entries = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("event") == "done":
+            entries.append(entry)
+    if not entries:
+        return None
+    push = entries[-1]["push"]
+    total = PushTotals()
+    for entry in entries:
+        if entry["push"] == push:
+            total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in asdict(total)}))
+    return total
