@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import json
 import string
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from git_xet.agent.summary import PushTotals, describe
 from git_xet.client.location import STORE_MARKER, LocationError, create_local_store, parse_store_location
+from git_xet.client.retry import MAX_RETRY_AFTER, RetryPolicy
 from tests.datagen import random_bytes
 from tests.gitenv import GitEnv, make_git_env
 from tests.server_process import running_server
@@ -198,3 +205,292 @@ def test_uninstall_local_scope_keeps_the_global_install(tmp_path: Path) -> None:
     assert "xet" not in local, local
     assert "xet.endpoint=" in _config_listing(g)
 
+
+
+# ------------------------------------------------------------------ messages
+
+
+def _on_a_terminal(g: GitEnv, command: str, cwd: Path) -> tuple[int, str]:
+    """Run a shell command with a pseudo-terminal as its controlling terminal (util-linux
+    `script`), as a user's `git push` runs: what git, git-lfs and the agent show the user."""
+    env = {k: v for k, v in g.env.items() if k != "GIT_XET_QUIET"}
+    proc = subprocess.run(["script", "-qec", command, "/dev/null"], cwd=cwd, env=env, capture_output=True, timeout=300, check=False)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def test_refused_tokens_show_the_servers_reason_and_the_standalone_fix(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    g.env.update(GIT_XET_RETRY_MAX_ATTEMPTS="2", GIT_XET_RETRY_BASE_DELAY="0.05")
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g.git_xet("install", "--standalone", srv.url)
+        work = _repo_with_lfs_file(g)
+        expired = srv.token("write", ttl=1)
+        time.sleep(2.1)
+        for token, reason in ((None, "missing bearer token"), (expired, "token expired"), (srv.token("read"), "token scope 'read' does not allow write")):
+            if token:
+                g.git("config", "--global", "xet.token", token)
+            push = g.git("push", "origin", "main", cwd=work, check=False)
+            assert push.returncode != 0
+            assert reason in push.stderr, push.stderr
+            assert "git xet token --data" in push.stderr and "git config --global xet.token" in push.stderr
+            assert "HF_TOKEN" not in push.stderr and "credential approve" not in push.stderr
+        g.git("config", "--global", "xet.token", srv.token("write"))
+        g.git("push", "origin", "main", cwd=work)
+
+
+def test_refused_hub_credentials_show_the_reason_and_the_hub_fix(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g.git_xet("install")
+        read_only = srv.token("read")
+        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={read_only}; }}; f")
+        g.git("config", "--global", "lfs.url", f"{srv.url}/acme/model.git/info/lfs")
+        work = _repo_with_lfs_file(g)
+        g.git_xet("install", "--native", srv.url)  # our own batch call: its refusal is our message
+        push = g.git("push", "origin", "main", cwd=work, check=False)
+    assert push.returncode != 0
+    assert "token scope 'read' does not allow write" in push.stderr, push.stderr
+    assert "HF_TOKEN" in push.stderr and "git xet token" not in push.stderr
+    assert read_only not in push.stderr
+
+
+@given(attempt=st.integers(0, 40), base=st.floats(0, 1000), retry_after=st.none() | st.floats(0, 1e6))
+def test_no_single_backoff_wait_is_long(attempt: int, base: float, retry_after: float | None) -> None:
+    policy = RetryPolicy(base_delay=base)
+    delay = policy.delay(attempt, retry_after)
+    assert 0 <= delay <= (MAX_RETRY_AFTER if retry_after is not None else 10.0)
+    if retry_after is not None and retry_after <= MAX_RETRY_AFTER:
+        assert delay == retry_after  # the server's own wish, when reasonable
+
+
+def test_retries_are_shown_on_the_terminal_while_the_server_is_down(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    g.env.update(GIT_XET_RETRY_MAX_ATTEMPTS="3", GIT_XET_RETRY_BASE_DELAY="0.05")
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g.git_xet("install", "--standalone", srv.url)
+        g.git("config", "--global", "xet.token", srv.token("write"))
+    work = _repo_with_lfs_file(g)  # the server is gone now: every connection is refused
+    quiet = g.git("push", "origin", "main", cwd=work, check=False)  # no terminal: nothing extra
+    assert quiet.returncode != 0 and "retry 1/2" not in quiet.stderr
+    code, shown = _on_a_terminal(g, "git push origin main", work)
+    assert code != 0
+    notices = [line for line in shown.splitlines() if "git-xet: " in line and "; retry " in line]
+    assert any("retry 1/2" in line for line in notices) and any("retry 2/2" in line for line in notices), shown
+    assert "Connection refused" in shown or "connect" in shown.lower()
+    assert "failed after 3 attempts" in shown
+
+
+def _xorb_bytes_received(srv_log: str, since: int) -> int:
+    """Bytes the server received on xorb uploads, from its own access log (after line `since`)."""
+    total = 0
+    for line in srv_log.splitlines()[since:]:
+        if '"bytes_in"' in line:
+            entry = json.loads(line[line.index("{") :])
+            if entry["path"].startswith("/v1/xorbs/") and entry["status"] == 200:
+                total += entry["bytes_in"]
+    return total
+
+
+def test_each_push_shows_one_summary_of_what_it_sent(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    files = {f"m{i}.bin": random_bytes(1_500_000 + i * 300_000, 40 + i) for i in range(3)}
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g.git_xet("install", "--standalone", srv.url)
+        g.git("config", "--global", "xet.token", srv.token("write"))
+        g.git("init", "--bare", "work.git")
+        g.git("clone", "work.git", "work")
+        work = g.root / "work"
+        g.git("lfs", "track", "*.bin", cwd=work)
+        for name, data in files.items():
+            (work / name).write_bytes(data)
+        g.git("add", ".", cwd=work)
+        g.git("commit", "-m", "v1", cwd=work)
+        for version in (1, 2):
+            if version == 2:  # a small edit of one file: most of it is deduplicated
+                edited = bytearray(files["m1.bin"])
+                edited[900_000:905_000] = bytes(5000)
+                (work / "m1.bin").write_bytes(bytes(edited))
+                g.git("commit", "-am", "v2", cwd=work)
+            log_at = len(srv.log().splitlines())
+            code, shown = _on_a_terminal(g, "git push origin main", work)
+            assert code == 0, shown
+            summaries = [line[line.index("git-xet: ") :] for line in shown.splitlines() if "git-xet: uploaded" in line]
+            assert len(summaries) == 1, shown  # one line per push, however many agents ran
+            stats = json.loads(g.git_xet("stats", "--json", cwd=work).stdout)
+            assert summaries[0] == "git-xet: " + describe(PushTotals(**stats))
+            assert stats["sent_bytes"] == _xorb_bytes_received(srv.log(), log_at)
+            uploaded = files if version == 1 else {"m1.bin": bytes(edited)}
+            assert stats["files"] == len(uploaded) and stats["file_bytes"] == sum(len(d) for d in uploaded.values())
+            assert stats["new_bytes"] + stats["deduped_bytes"] == stats["file_bytes"]
+        assert stats["sent_bytes"] < 0.2 * len(edited) and stats["deduped_bytes"] > 0.8 * len(edited)
+    assert "last push: uploaded 1 file" in g.git_xet("stats", cwd=work).stdout
+
+
+# ------------------------------------------------------------------ doctor
+
+
+def test_doctor_checks_what_it_claims(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g.git_xet("install", "--standalone", srv.url)
+        g.git("config", "--global", "xet.token", srv.token("read"))
+        read_only = g.git_xet("doctor", check=False)
+        assert read_only.returncode == 1 and "allows reading only: pushes will fail" in read_only.stdout
+        assert "does not allow write" in read_only.stdout
+        g.git("config", "--global", "xet.token", srv.token("write"))
+        good = g.git_xet("doctor", check=False)
+        assert good.returncode == 0 and "accepted for reading and pushing" in good.stdout, good.stdout
+
+        with _plain_http_server() as other:  # answers 404 to everything, like most web servers
+            g.git("config", "--global", "xet.endpoint", other)
+            wrong = g.git_xet("doctor", check=False)
+            assert wrong.returncode == 1 and "does not answer like `git xet serve`" in wrong.stdout, wrong.stdout
+        g.git("config", "--global", "xet.endpoint", srv.url.removeprefix("http://"))
+        schemeless = g.git_xet("doctor", check=False)
+        assert schemeless.returncode == 1 and f"write https://{srv.url.removeprefix('http://')}" in schemeless.stdout
+        g.git("config", "--global", "xet.endpoint", str(tmp_path / "never-installed"))
+        missing = g.git_xet("doctor", check=False)
+        assert missing.returncode == 1 and "does not exist (pushes will fail)" in missing.stdout
+
+        # --native: the Hub credentials are checked against the repository's remote.
+        g.git_xet("uninstall")
+        g.git_xet("install", "--native", srv.url)
+        g.git("init", "repo")
+        repo = g.root / "repo"
+        g.git("config", "lfs.url", f"{srv.url}/acme/model.git/info/lfs", cwd=repo)
+        none = g.git_xet("doctor", cwd=repo, check=False)
+        assert none.returncode == 1 and "no credentials" in none.stdout
+        assert "server-negotiated" not in none.stdout and "mode: native XET" in none.stdout
+        for scope, ok in (("read", False), ("write", True)):
+            token = srv.token(scope)
+            g.git("config", "--global", "credential.helper", f"!f() {{ echo username=u; echo password={token}; }}; f")
+            out = g.git_xet("doctor", cwd=repo, check=False)
+            assert (out.returncode == 0) is ok, out.stdout
+            assert ("allow pushing to" in out.stdout) is ok
+            assert token not in out.stdout
+
+
+@contextmanager
+def _plain_http_server():
+    """A web server on loopback that is not a git-xet server."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+# ------------------------------------------------------------------ team workflow
+
+
+def test_git_xet_clone_sets_up_a_one_remote_store_before_checkout(tmp_path: Path) -> None:
+    """One remote only (the git host keeps the commits, the XET store the LFS objects): a
+    teammate's fresh clone works with `git xet clone`, from the store named in .xetconfig."""
+    alice = make_git_env(tmp_path / "alice")
+    store = tmp_path / "team-store"
+    alice.git("init", "--bare", str(tmp_path / "host.git"))
+    alice.git("clone", str(tmp_path / "host.git"), "work")
+    work = alice.root / "work"
+    alice.git_xet("install", "--local", "--standalone", str(store), "--remote", "origin", cwd=work)
+    alice.git("config", "-f", ".xetconfig", "xet.endpoint", str(store), cwd=work)
+    alice.git("lfs", "track", "*.bin", cwd=work)
+    files = {"model.bin": random_bytes(3_000_000, 60), "data/table.bin": random_bytes(700_000, 61)}
+    for name, data in files.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_bytes(data)
+    alice.git("add", ".", cwd=work)
+    alice.git("commit", "-m", "v1", cwd=work)
+    alice.git("push", "origin", "main", cwd=work)
+
+    bob = make_git_env(tmp_path / "bob")  # a fresh HOME: git-lfs, but no git-xet configuration at all
+    bob.git("lfs", "install", "--skip-repo")
+    plain = bob.git("clone", str(tmp_path / "host.git"), "plain", check=False)
+    assert plain.returncode != 0 and "missing object" in plain.stderr  # why plain `git clone` is not enough
+    out = bob.git_xet("clone", str(tmp_path / "host.git"), "mine")
+    assert f"using the XET store {store} (from .xetconfig in the repository)" in out.stdout
+    mine = bob.root / "mine"
+    for name, data in files.items():
+        assert (mine / name).read_bytes() == data
+    assert "Git LFS fsck OK" in bob.git("lfs", "fsck", cwd=mine).stdout
+    # Bob pushes back through the same store; Alice pulls it.
+    (mine / "model.bin").write_bytes(files["model.bin"][:1_000_000] + b"bob" + files["model.bin"][1_000_000:])
+    bob.git("commit", "-am", "bob's edit", cwd=mine)
+    bob.git("push", "origin", "main", cwd=mine)
+    alice.git("pull", cwd=work)
+    assert (work / "model.bin").read_bytes() == (mine / "model.bin").read_bytes()
+    assert "xet.endpoint" not in bob.git("config", "--global", "--list").stdout  # nothing global
+
+
+def test_git_xet_clone_refuses_a_store_that_is_not_there(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    g.git("init", "--bare", "host.git")
+    g.git("clone", "host.git", "work")
+    work = g.root / "work"
+    g.git("config", "-f", ".xetconfig", "xet.endpoint", str(tmp_path / "unmounted" / "store"), cwd=work)
+    g.git("add", ".", cwd=work)
+    g.git("commit", "-m", "cfg", cwd=work)
+    g.git("push", "origin", "main", cwd=work)
+    proc = g.git_xet("clone", "host.git", "c", check=False)
+    assert proc.returncode == 1 and "does not exist here; is its drive mounted?" in proc.stderr
+    assert not (tmp_path / "unmounted").exists()
+
+
+# ------------------------------------------------------------------ smaller
+
+
+def test_cache_show_names_the_store_of_each_entry(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    store = tmp_path / "store"
+    g.git_xet("install", "--standalone", str(store))
+    work = _repo_with_lfs_file(g)
+    g.git("push", "origin", "main", cwd=work)
+    shown = g.git_xet("cache", "show").stdout
+    assert f"  {store}: " in shown, shown
+
+
+def test_help_and_errors(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    overview = g.git_xet("help")
+    for command in ("install", "doctor", "clone", "stats", "serve"):
+        assert f"    {command}" in overview.stdout
+    assert "--max-size" in g.git_xet("help", "cache").stdout
+    bad = g.git_xet("cache", "prune", "--max-size", "2X", check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "500M, 2G" in bad.stderr
+    # An unexpected failure: one line, with --debug for the traceback.
+    data = tmp_path / "data"
+    (data / "secret").mkdir(parents=True)
+    (data / "index.sqlite").write_bytes(b"")
+    odd = g.git_xet("token", "--data", str(data), check=False)
+    assert odd.returncode == 1 and odd.stderr.count("\n") == 1 and "Traceback" not in odd.stderr and "--debug" in odd.stderr
+    assert "Traceback" in g.git_xet("--debug", "token", "--data", str(data), check=False).stderr
+    # `git xet --help`: git runs `man git-xet`; the page install/install.sh installs answers it.
+    man1 = tmp_path / "man" / "man1"
+    man1.mkdir(parents=True)
+    (man1 / "git-xet.1").write_text(g.git_xet("help", "--man").stdout)
+    env = dict(g.env, MANPATH=str(tmp_path / "man"), MANPAGER="cat", PAGER="cat", MANWIDTH="120")
+    page = subprocess.run(["git", "xet", "--help"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert page.returncode == 0, page.stderr
+    assert "git xet clone" in page.stdout and "GIT_XET_QUIET" in page.stdout
+
+
+def test_a_failed_push_prints_no_summary(tmp_path: Path) -> None:
+    g = make_git_env(tmp_path)
+    g.env.update(GIT_XET_RETRY_MAX_ATTEMPTS="1")
+    g.git_xet("install", "--standalone", "http://127.0.0.1:9")  # nothing listens on the discard port
+    work = _repo_with_lfs_file(g)
+    code, shown = _on_a_terminal(g, "git push origin main", work)
+    assert code != 0 and "git-xet: upload of" in shown
+    assert "git-xet: uploaded" not in shown and "nothing uploaded" not in shown

@@ -123,7 +123,7 @@ class PushSummary:
         total = PushTotals()
         for entry in done:
             total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in asdict(total)}))
-        return describe(total)
+        return describe(total) if total.files or total.already_stored else None  # a failed push: its errors say enough
 
 
 def last_push(state_dir: Path) -> PushTotals | None:
