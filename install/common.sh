@@ -25,8 +25,14 @@ if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "git-xet: installing system packages: ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq "${missing[@]}" >/dev/null
+    # apt and debconf chatter goes to a log, shown only if the install fails.
+    aptlog="$(mktemp)"
+    if ! { apt-get update -qq && apt-get install -y -qq "${missing[@]}"; } >"$aptlog" 2>&1; then
+      tail -n 30 "$aptlog" >&2
+      echo "git-xet: apt-get failed; full log: $aptlog" >&2
+      exit 1
+    fi
+    rm -f "$aptlog"
   else
     echo "git-xet: missing system packages: ${missing[*]}" >&2
     echo "         install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}) and rerun." >&2

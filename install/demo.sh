@@ -7,7 +7,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SIZE_MIB="${DEMO_SIZE_MIB:-256}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-export GIT_CONFIG_GLOBAL="$work/gitconfig" GIT_CONFIG_NOSYSTEM=1 GIT_XET_CACHE="$work/cache" PATH="$VENV/bin:$PATH"
+# GIT_XET_QUIET: the push summary comes from `git xet stats` below instead of the terminal.
+export GIT_CONFIG_GLOBAL="$work/gitconfig" GIT_CONFIG_NOSYSTEM=1 GIT_XET_CACHE="$work/cache" GIT_XET_QUIET=1 PATH="$VENV/bin:$PATH"
 git config --global user.name demo && git config --global user.email demo@git-xet.invalid
 git config --global init.defaultBranch main
 store="$work/xet-store"
@@ -16,6 +17,9 @@ git-xet install --standalone "$store" >/dev/null
 stored() { du -sb "$store/xorbs" 2>/dev/null | cut -f1; }
 seconds() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
 elapsed() { python3 -c "print(f'{$2 - $1:.1f}')"; }
+# git-lfs draws its progress meter even for `git push -q`; keep it (and git's chatter) in a log
+# that is shown only if the command fails.
+quietly() { "$@" >"$work/step.log" 2>&1 || { cat "$work/step.log" >&2; echo "demo: '$*' failed" >&2; exit 1; }; }
 
 "$VENV/bin/python" - "$work/model.bin" "$SIZE_MIB" <<'PY'
 import random, sys
@@ -29,14 +33,15 @@ PY
 
 cd "$work"
 git init -q --bare remote.git
-git clone -q remote.git repo 2>/dev/null
+quietly git clone -q remote.git repo
 cd repo
 git-xet track "*.bin" >/dev/null
 mv "$work/model.bin" model.bin
 git add . && git commit -qm "model v1"
-t0=$(seconds); git push -q origin main; t1=$(seconds)
+t0=$(seconds); quietly git push -q origin main; t1=$(seconds)
 v1_stored=$(stored)
 echo "== push v1: ${SIZE_MIB} MiB in $(elapsed "$t0" "$t1") s; store holds $((v1_stored / 1048576)) MiB"
+echo "   git xet stats: $(git-xet stats)"
 
 "$VENV/bin/python" - model.bin <<'PY'
 import random, sys
@@ -51,13 +56,14 @@ data[4096:4096] = rng.randbytes(1024)  # and an insertion near the start
 open(path, "wb").write(data)
 PY
 git commit -qam "model v2"
-t0=$(seconds); git push -q origin main; t1=$(seconds)
+t0=$(seconds); quietly git push -q origin main; t1=$(seconds)
 v2_stored=$(stored)
 sent=$((v2_stored - v1_stored))
 echo "== push v2: $(elapsed "$t0" "$t1") s; new data stored: $((sent / 1024)) KiB ($(python3 -c "print(f'{100 * $sent / ($SIZE_MIB * 1048576):.2f}')")% of the file)"
+echo "   git xet stats: $(git-xet stats)"
 
 cd "$work"
-t0=$(seconds); git clone -q remote.git clone 2>/dev/null; t1=$(seconds)
+t0=$(seconds); quietly git clone -q remote.git clone; t1=$(seconds)
 cmp -s clone/model.bin repo/model.bin && same=identical || same=DIFFERENT
 echo "== clone: $(elapsed "$t0" "$t1") s; model.bin is $same to what was pushed"
 (cd clone && git lfs fsck | tail -1)
