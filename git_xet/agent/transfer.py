@@ -47,8 +47,8 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TransferError) and exc.status in (401, 403):
         from .endpoints import auth_fix
 
-        text = str(exc)
-        return text if "HF_TOKEN" in text else f"{text}; {auth_fix()}"
+        text = str(exc)  # the server's reason; the fix for the mode in use follows
+        return text if "HF_TOKEN" in text else f"{text}; {auth_fix()}"  # (the Hub's token route names it already)
     if isinstance(exc, (TransferError, ConfigError)):
         return str(exc)
     if isinstance(exc, OSError):

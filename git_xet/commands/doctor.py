@@ -112,7 +112,8 @@ def _check_endpoint(endpoint: str | None) -> Iterator[Check]:
         if not is_local_store(path):
             yield Check(False, f"mode: standalone, but the directory store {path} does not exist (pushes will fail)", f"run `git xet install --standalone {path}`, or fix xet.endpoint")
             return
-        writable = os.access(path, os.W_OK) and os.access(path / "index.sqlite", os.W_OK) if (path / "index.sqlite").exists() else os.access(path, os.W_OK)
+        index = path / "index.sqlite"
+        writable = os.access(path, os.W_OK) and (not index.exists() or os.access(index, os.W_OK))
         yield Check(writable, f"mode: standalone, local store {path} (a directory)", f"make {path} writable for you")
         return
     yield from _check_server(where.location)
