@@ -24,9 +24,9 @@ from ..pipelines.download import download_to_path
 from ..pipelines.upload import Uploader
 from .endpoints import ConfigError, configured_endpoint, credential_headers, git_common_dir, git_config, hub_repo, lfs_endpoint, standalone_target
 from .progress import Progress
+from .protocol import Transfer
 from .summary import PushSummary
 from .terminal import tell
-from .protocol import Transfer
 
 log = logging.getLogger("git_xet.agent")
 
@@ -253,9 +253,7 @@ class AgentSession:
         key = backend.cache_key
         uploader = self._uploaders.get(key)
         if uploader is None:
-            cache = ShardCache(default_cache_root(), key)
-            _label_cache(cache.dir, key)
-            uploader = Uploader(backend, cache, progress=progress.add)
+            uploader = Uploader(backend, ShardCache(default_cache_root(), key), progress=progress.add)
             self._uploaders[key] = uploader
         uploader.progress = progress.add
         sent_before = uploader.stats.xorb_bytes_sent
@@ -270,6 +268,7 @@ class AgentSession:
             uploader.close()
             raise
         log.info("uploaded %s: %d new bytes, %d deduplicated", req.oid[:12], result.new_bytes, result.deduped_bytes)
+        _label_cache(ShardCache(default_cache_root(), key).dir, key)  # after its shards: they are the resume point
         totals.files += 1
         totals.file_bytes += req.size
         totals.sent_bytes += uploader.stats.xorb_bytes_sent - sent_before
