@@ -268,7 +268,7 @@ class AgentSession:
             uploader.close()
             raise
         log.info("uploaded %s: %d new bytes, %d deduplicated", req.oid[:12], result.new_bytes, result.deduped_bytes)
-        _label_cache(ShardCache(default_cache_root(), key).dir, key)  # after its shards: they are the resume point
+        _label_cache(ShardCache(default_cache_root(), key).dir, key)  # once it holds shards, never an empty label-only cache
         totals.files += 1
         totals.file_bytes += req.size
         totals.sent_bytes += uploader.stats.xorb_bytes_sent - sent_before
