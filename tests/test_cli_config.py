@@ -281,12 +281,13 @@ def test_retries_are_shown_on_the_terminal_while_the_server_is_down(tmp_path: Pa
 
 
 def _xorb_bytes_received(srv_log: str, since: int) -> int:
-    """Bytes the server received on xorb uploads, from its own access log (after line `since`)."""
+    """Bytes the server received on xorb uploads (direct POSTs, or PUTs to upload grants),
+    from its own access log (after line `since`)."""
     total = 0
     for line in srv_log.splitlines()[since:]:
         if '"bytes_in"' in line:
             entry = json.loads(line[line.index("{") :])
-            if entry["path"].startswith("/v1/xorbs/") and entry["status"] == 200:
+            if entry["path"].startswith(("/v1/xorbs/", "/v1/xorb-uploads/")) and 200 <= entry["status"] < 300:
                 total += entry["bytes_in"]
     return total
 
