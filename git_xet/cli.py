@@ -205,7 +205,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_token(args: argparse.Namespace) -> int:
     from .server.auth import Signer, load_or_create_secret
 
-    problem = _not_a_server_data_dir(args.data)
+    import os
+
+    # With $GIT_XET_SERVER_SECRET the secret does not come from --data: nothing to mistype.
+    problem = None if os.environ.get("GIT_XET_SERVER_SECRET") else _not_a_server_data_dir(args.data)
     if problem:
         print(f"git-xet token: {problem}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import string
 import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -158,6 +159,10 @@ def test_token_refuses_a_directory_that_is_not_a_server_data_dir(tmp_path: Path)
     proc = g.git_xet("token", "--data", str(typo), check=False)
     assert proc.returncode == 1 and "not a `git xet serve` data directory" in proc.stderr
     assert not typo.exists()  # no fresh secret minted a token the server would reject
+    shared = dict(g.env, GIT_XET_SERVER_SECRET="a-shared-secret-of-enough-length")
+    minted = subprocess.run([sys.executable, "-m", "git_xet", "token", "--data", str(typo)], env=shared, capture_output=True, text=True, timeout=60)
+    assert minted.returncode == 0 and minted.stdout.startswith("xet1.")  # the secret is not in --data: nothing to mistype
+    assert not typo.exists()
     create_local_store(tmp_path / "local")
     assert "needs no tokens" in g.git_xet("token", "--data", str(tmp_path / "local"), check=False).stderr
     with running_server(tmp_path / "srv" / "data") as srv:
