@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from git_xet.client.http_backend import HttpCasBackend
@@ -66,16 +66,20 @@ class Layout:
         return sum(self.blocks[i].size for i in self.order)
 
 
-SIZES = st.one_of(st.integers(1, 4096), st.integers(4097, 2 * MIB), st.integers(2 * MIB, 24 * MIB))
+TINY, SMALL, LARGE = st.integers(1, 4096), st.integers(4097, 2 * MIB), st.integers(4 * MIB, 28 * MIB)
 
 
 @st.composite
 def layouts(draw: st.DrawFn) -> Layout:
+    """Half the layouts are large (mostly multi-MiB blocks, at least three placements), so every
+    run crosses the 16 MiB fetch and 64 MiB xorb boundaries in several cases."""
+    large = draw(st.booleans())
+    tiers = st.sampled_from([SMALL, LARGE, LARGE] if large else [TINY, SMALL, LARGE])
     blocks = tuple(
-        Block(draw(SIZES), draw(st.sampled_from(["random", "text", "floats"])), draw(st.integers(0, 2**32)))
+        Block(draw(draw(tiers)), draw(st.sampled_from(["random", "text", "floats"])), draw(st.integers(0, 2**32)))
         for _ in range(draw(st.integers(1, 4)))
     )
-    order = draw(st.lists(st.integers(0, len(blocks) - 1), min_size=1, max_size=8))
+    order = draw(st.lists(st.integers(0, len(blocks) - 1), min_size=3 if large else 1, max_size=8))
     while len(order) > 1 and sum(blocks[i].size for i in order) > MAX_FILE:
         order.pop()
     return Layout(blocks, tuple(order))
@@ -85,6 +89,13 @@ def layouts(draw: st.DrawFn) -> Layout:
 # two xorbs, are always tried, whatever the random draw.
 ABCAB = Layout(tuple(Block(16 * MIB, "random", s) for s in (1, 2, 3)), (0, 1, 2, 0, 1))
 TWO_XORBS = Layout((Block(20 * MIB, "random", 4), Block(3 * MIB, "text", 5), Block(1, "random", 6)), (0, 1, 0, 2, 0, 1))
+
+
+def _record(layout: Layout) -> None:
+    """Label the case for --hypothesis-show-statistics: how big, and whether it repeats."""
+    size = layout.size
+    event("over 64 MiB" if size > 64 * MIB else "16-64 MiB" if size > 16 * MIB else "under 16 MiB")
+    event("repeats a block" if len(set(layout.order)) < len(layout.order) else "no repeated block")
 
 
 def _check_slice(backend, file_hash: str, data: bytes, rng: random.Random) -> None:
@@ -100,6 +111,7 @@ def _check_slice(backend, file_hash: str, data: bytes, rng: random.Random) -> No
 @example(TWO_XORBS)
 @given(layouts())
 def test_local_store_round_trips_every_layout(layout: Layout) -> None:
+    _record(layout)
     data = layout.render()
     with tempfile.TemporaryDirectory() as tmp:
         backend = LocalStoreBackend(Path(tmp) / "store")
@@ -130,6 +142,7 @@ def _http(server: RunningServer, token: str) -> HttpCasBackend:
 @given(layouts())
 def test_server_round_trips_every_layout_with_hf_xet_both_ways(servers, layout: Layout) -> None:
     (ours, our_token), (theirs, their_token) = servers
+    _record(layout)
     data = layout.render()
     sha256 = hashlib.sha256(data).hexdigest()
     with tempfile.TemporaryDirectory() as tmp_name:
