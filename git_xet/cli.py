@@ -195,30 +195,52 @@ def _cmd_transfer(_args: argparse.Namespace | None = None) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
-        from .server.run import serve
+        from .server.run import Limits, serve
     except ImportError as exc:
         print(f"git-xet serve: the server needs extra packages ({exc.name}); install with: pip install 'git-xet[server]'", file=sys.stderr)
         return 1
-    return serve(args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl, not args.no_upload_grants)
+    limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections)
+    return serve(args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl, not args.no_upload_grants, limits)
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
-    from .server.auth import Signer, load_or_create_secret
-
     import os
+    import time
 
     # With $GIT_XET_SERVER_SECRET the secret does not come from --data: nothing to mistype.
     problem = None if os.environ.get("GIT_XET_SERVER_SECRET") else _not_a_server_data_dir(args.data)
     if problem:
         print(f"git-xet token: {problem}", file=sys.stderr)
         return 1
-    token, exp = Signer(load_or_create_secret(args.data)).mint(args.scope, args.ttl, args.repo)
+
+    from .server.auth import AuthError, SecretError, Signer, load_or_create_secret
+
+    try:
+        signer = Signer(load_or_create_secret(args.data))
+    except SecretError as exc:
+        print(f"git-xet token: {exc}", file=sys.stderr)
+        return 1
+    if args.revoke:
+        from .storage.cas_store import CasStore
+
+        token_id = args.revoke
+        if token_id.count(".") == 2:  # a whole token: revoke it by its id
+            try:
+                token_id = signer.claims_of(token_id).id
+            except AuthError as exc:
+                print(f"git-xet token: cannot revoke that token: {exc.message}", file=sys.stderr)
+                return 1
+        CasStore(args.data, private=True).revoke_token(token_id, int(time.time()))
+        print(f"git-xet: revoked token {token_id} and every CAS token minted from it (servers notice within a second)")
+        return 0
+    token, claims = signer.mint_user(args.scope, args.ttl, args.repo)
     if args.json:
         import json
 
-        print(json.dumps({"accessToken": token, "exp": exp}))
+        print(json.dumps({"accessToken": token, "exp": claims.exp, "id": claims.id, "repo": claims.repo, "scope": claims.scope}))
     else:
         print(token)
+        print(f"git-xet: token {claims.id} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --data {args.data} --revoke {claims.id}`", file=sys.stderr)
     return 0
 
 
@@ -339,22 +361,32 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data", type=Path, required=True, help="data directory (created if missing)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080, help="0 picks a free port (printed on stdout)")
-    serve.add_argument("--public-url", help="base URL clients reach this server at (default: from each request)")
+    serve.add_argument(
+        "--public-url",
+        help="the URL clients reach this server at (e.g. https://xet.example.org behind a TLS proxy); required unless --host is loopback",
+    )
     serve.add_argument("--url-ttl", type=int, default=3600, help="lifetime of signed xorb URLs, seconds")
     serve.add_argument(
         "--cas-token-ttl",
         type=_seconds_at_least(MIN_CAS_TOKEN_TTL, "git-lfs refuses batch actions that expire within 5 s; the Hub uses about 900"),
         default=900, help="lifetime of CAS tokens the LFS batch API and token routes hand out, seconds")
     serve.add_argument("--no-upload-grants", action="store_true", help="do not offer upload grants (clients then POST xorbs to /v1/xorbs)")
+    serve.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client may take to send a request's headers")
+    serve.add_argument("--max-header-bytes", type=int, default=64 * 1024, help="largest request header block accepted")
+    serve.add_argument("--idle-timeout", type=float, default=60.0, help="seconds an upload or download may make no progress")
+    serve.add_argument("--max-connections", type=int, default=512, help="open connections beyond this get 503")
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_cmd_serve)
 
-    token = sub.add_parser("token", help="mint an access token for a server's data directory")
+    token = sub.add_parser("token", help="mint (or revoke) a user token for a server's data directory")
     token.add_argument("--data", type=Path, required=True)
     token.add_argument("--scope", choices=["read", "write"], default="write")
-    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
-    token.add_argument("--repo", default="*")
-    token.add_argument("--json", action="store_true", help='print {"accessToken", "exp"}')
+    token.add_argument("--ttl", type=int, default=90 * 24 * 3600, help="lifetime in seconds (default: 90 days)")
+    token.add_argument(
+        "--repo", default="default", help="the one repo the token acts on: ns/name, datasets/ns/name, spaces/ns/name (default: default)"
+    )
+    token.add_argument("--revoke", metavar="ID_OR_TOKEN", help="revoke a user token (by its id or the token itself) and its CAS tokens")
+    token.add_argument("--json", action="store_true", help='print {"accessToken", "exp", "id", "repo", "scope"}')
     token.set_defaults(func=_cmd_token)
     return parser
 

@@ -20,9 +20,10 @@ class RunningServer:
     data_dir: Path
     process: subprocess.Popen
 
-    def token(self, scope: str = "write", ttl: int = 3600) -> str:
+    def token(self, scope: str = "write", ttl: int = 3600, repo: str = "default") -> str:
+        """A user token for `repo` (the repo standalone clients and hf-xet act on by default)."""
         out = subprocess.run(
-            [sys.executable, "-m", "git_xet", "token", "--data", str(self.data_dir), "--scope", scope, "--ttl", str(ttl)],
+            [sys.executable, "-m", "git_xet", "token", "--data", str(self.data_dir), "--scope", scope, "--ttl", str(ttl), "--repo", repo],
             capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip
         return out.stdout.strip()

@@ -14,6 +14,9 @@ from tests.datagen import random_bytes
 from tests.server_process import RunningServer, running_server
 
 
+REPO = "acme/model"
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     with running_server(tmp_path_factory.mktemp("hub") / "data") as srv:
@@ -33,7 +36,7 @@ def _batch(server: RunningServer, operation: str, objects: list[dict], token: st
 def test_upload_negotiation_token_refresh_and_download_bridge(server: RunningServer, tmp_path: Path) -> None:
     data = random_bytes(2_500_000, 1)
     oid = hashlib.sha256(data).hexdigest()
-    user = server.token("write", ttl=3600)
+    user = server.token("write", ttl=3600, repo=REPO)
     obj = [{"oid": oid, "size": len(data)}]
 
     resp = _batch(server, "upload", obj, user, ["basic", "xet"], basic=True)
@@ -51,7 +54,7 @@ def test_upload_negotiation_token_refresh_and_download_bridge(server: RunningSer
     info = refreshed.json()
     assert set(info) == {"casUrl", "exp", "accessToken"} and refreshed.headers["X-Xet-Access-Token"] == info["accessToken"]
     assert httpx.get(action["href"], timeout=30).status_code == 401
-    assert httpx.get(action["href"], headers={"Authorization": f"Bearer {server.token('read')}"}, timeout=30).status_code == 403
+    assert httpx.get(action["href"], headers={"Authorization": f"Bearer {server.token('read', repo=REPO)}"}, timeout=30).status_code == 403
 
     # What upstream git-xet does with those headers: upload with hf-xet to the CAS URL.
     (tmp_path / "f.bin").write_bytes(data)
@@ -62,7 +65,7 @@ def test_upload_negotiation_token_refresh_and_download_bridge(server: RunningSer
     again = _batch(server, "upload", obj, user, ["basic", "xet"]).json()
     assert "actions" not in again["objects"][0]
 
-    reader = server.token("read")
+    reader = server.token("read", repo=REPO)
     xet_dl = _batch(server, "download", obj, reader, ["basic", "xet"]).json()
     assert xet_dl["transfer"] == "xet"
     assert xet_dl["objects"][0]["actions"]["download"]["header"]["X-Xet-Hash"] == uploaded["hash"]
@@ -77,14 +80,14 @@ def test_upload_negotiation_token_refresh_and_download_bridge(server: RunningSer
 
 def test_batch_refusals(server: RunningServer) -> None:
     obj = [{"oid": "a" * 64, "size": 10}]
-    assert _batch(server, "upload", obj, server.token("write"), ["basic"]).status_code == 422
-    assert "git xet install" in _batch(server, "upload", obj, server.token("write"), ["basic"]).json()["message"]
+    assert _batch(server, "upload", obj, server.token("write", repo=REPO), ["basic"]).status_code == 422
+    assert "git xet install" in _batch(server, "upload", obj, server.token("write", repo=REPO), ["basic"]).json()["message"]
     unauth = _batch(server, "upload", obj, "nope", ["xet"])
     assert unauth.status_code == 401 and "LFS-Authenticate" in unauth.headers
-    assert _batch(server, "upload", obj, server.token("read"), ["xet"]).status_code == 403
-    missing = _batch(server, "download", obj, server.token("read"), ["xet"]).json()
+    assert _batch(server, "upload", obj, server.token("read", repo=REPO), ["xet"]).status_code == 403
+    missing = _batch(server, "download", obj, server.token("read", repo=REPO), ["xet"]).json()
     assert missing["objects"][0]["error"]["code"] == 404
-    bad = _batch(server, "upload", [{"oid": "../etc", "size": 1}], server.token("write"), ["xet"]).json()
+    bad = _batch(server, "upload", [{"oid": "../etc", "size": 1}], server.token("write", repo=REPO), ["xet"]).json()
     assert bad["objects"][0]["error"]["code"] == 422
-    garbage = httpx.post(f"{server.url}/acme/model.git/info/lfs/objects/batch", content=b"{", headers={"Authorization": f"Bearer {server.token('write')}"}, timeout=30)
+    garbage = httpx.post(f"{server.url}/acme/model.git/info/lfs/objects/batch", content=b"{", headers={"Authorization": f"Bearer {server.token('write', repo=REPO)}"}, timeout=30)
     assert garbage.status_code == 422

@@ -14,6 +14,7 @@ Routes (each also under /api/v1 as the draft spells them where it names one):
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import logging
@@ -26,20 +27,21 @@ from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core import hashes
 from ..core.shard import ShardFooter, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES
-from .auth import Signer, load_or_create_secret
+from .auth import KINDS, Claims, Signer, load_or_create_secret
+from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
 from ..storage.errors import RequestRefused
 from .grants import Grants
 from .hub import HubEmulation, hub_routes
 from ..storage.planning import plan_reconstruction
 from .reconstruction import RangeNotSatisfiable, parse_range_header, with_signed_urls
-from ..storage.cas_store import CasStore, StoreError
+from ..storage.cas_store import CasStore, StoredFile
 
 log = logging.getLogger("git_xet.server")
 
@@ -50,13 +52,23 @@ MAX_SHARD_BODY = 64 * 1024 * 1024
 MAX_XORB_BODY = MAX_XORB_BODY_BYTES + 1024 * 1024
 
 
+# Shard validations (sha256 of whole files) running at once; the others wait their turn.
+MAX_CONCURRENT_VALIDATIONS = 2
+REVOCATION_CACHE_SECONDS = 1.0
+# Responses are streamed in pieces of this size, so a slow reader holds at most one.
+RESPONSE_PIECE = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
-    public_url: str | None = None  # base for xorb URLs; default: the request's own base URL
+    # Base URL of xorb and download URLs. Without it, each request's Host header decides where
+    # clients are sent: fine on loopback, and `serve` requires it on any other address.
+    public_url: str | None = None
     url_ttl: int = 3600
     cas_token_ttl: int = 900  # CAS tokens handed out by the Hub emulation (the Hub uses ~15 min)
     upload_grants: bool = True  # offer hf-xet's upload-grant flow (else clients use POST /v1/xorbs)
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
 
 
 DISK_FULL = "the server's disk is full; free space or grow its volume, then push again"
@@ -79,25 +91,6 @@ def _bearer(request: Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else None
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestRefused(413, f"body of {declared} bytes exceeds the {limit}-byte limit")
-    parts: list[bytes] = []
-    received = 0
-    try:
-        async for part in request.stream():
-            parts.append(part)
-            received += len(part)
-            if received > limit:
-                raise RequestRefused(413, f"body exceeds the {limit}-byte limit")
-    except ClientDisconnect:
-        raise RequestRefused(400, "client disconnected before sending the whole body") from None
-    if declared is not None and declared.isdigit() and received != int(declared):
-        raise RequestRefused(400, "body is shorter than its Content-Length")
-    return b"".join(parts)  # one copy of a body of up to 64 MiB
-
-
 def _hash_param(request: Request, name: str) -> str:
     value = request.path_params[name]
     if not hashes.is_hash_hex(value):
@@ -110,14 +103,34 @@ class CasApp:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.store = CasStore(config.data_dir)
+        self.store = CasStore(config.data_dir, private=True)
         self.signer = Signer(load_or_create_secret(config.data_dir))
+        self._revoked: frozenset[str] = frozenset()
+        self._revoked_at = float("-inf")
+        self._validations: asyncio.Semaphore | None = None
 
-    def authorize(self, request: Request, needed: str) -> None:
-        self.signer.verify(_bearer(request), needed)
+    async def revoked(self) -> frozenset[str]:
+        """Revoked token ids, re-read from the index at most once a second (`git xet token
+        --revoke` writes them there, from another process)."""
+        if time.monotonic() - self._revoked_at > REVOCATION_CACHE_SECONDS:
+            self._revoked = await run_in_threadpool(self.store.revoked_token_ids)
+            self._revoked_at = time.monotonic()
+        return self._revoked
+
+    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds=KINDS) -> Claims:
+        """The claims of the request's bearer token (or `token`), checked from headers alone."""
+        return self.signer.verify(token if token is not None else _bearer(request), needed, await self.revoked(), kinds)
+
+    def validations(self) -> asyncio.Semaphore:
+        if self._validations is None:
+            self._validations = asyncio.Semaphore(MAX_CONCURRENT_VALIDATIONS)
+        return self._validations
+
+    def read_body(self, request: Request, limit: int):
+        """The request's body (see http_io.read_body), with this server's idle timeout."""
+        return read_body(request, limit, self.config.idle_timeout)
 
     hash_param = staticmethod(_hash_param)
-    read_body = staticmethod(_read_body)
 
     def base_url(self, request: Request) -> str:
         """Where clients reach us: --public-url, else the request's own base URL."""
@@ -128,20 +141,26 @@ class CasApp:
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    async def reconstruction(self, request: Request) -> Response:
-        self.authorize(request, "read")
-        file_hex = _hash_param(request, "file")
-        version = 2 if request.url.path.startswith("/v2/") else 1
-        stored = await run_in_threadpool(self.store.get_file, file_hex)
-        if stored is None:
+    def _plan(self, repo: str, file_hex: str, range_header: str | None):
+        """Blocking part of a reconstruction (SQLite, planning): run in a worker thread."""
+        stored = self.store.get_file(file_hex) if self.store.repo_has_file(repo, file_hex) else None
+        if stored is None:  # the same answer whether the file is elsewhere or nowhere
             raise RequestRefused(404, f"file {file_hex} not found")
         try:
-            byte_range = parse_range_header(request.headers.get("range"), stored.size)
+            byte_range = parse_range_header(range_header, stored.size)
         except RangeNotSatisfiable:
-            return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
+            return stored, None
         except ValueError as exc:
             raise RequestRefused(400, str(exc)) from None
-        layouts = await run_in_threadpool(self.store.layouts_for, stored)
+        return stored, plan_reconstruction(stored.terms, self.store.layouts_for(stored), byte_range)
+
+    async def reconstruction(self, request: Request) -> Response:
+        claims = await self.authorize(request, "read")
+        file_hex = _hash_param(request, "file")
+        version = 2 if request.url.path.startswith("/v2/") else 1
+        stored, plan = await run_in_threadpool(self._plan, claims.repo, file_hex, request.headers.get("range"))
+        if plan is None:
+            return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
         base = self.base_url(request)
         exp = int(time.time()) + self.config.url_ttl
 
@@ -149,10 +168,21 @@ class CasApp:
             query = urlencode({"r": f"{start}-{end}", "exp": exp, "sig": self.signer.sign_range(xorb, start, end, exp)})
             return f"{base}/v1/xorb-data/{xorb}?{query}"
 
-        plan = with_signed_urls(plan_reconstruction(stored.terms, layouts, byte_range), make_url)
-        return JSONResponse(plan.to_json(version), headers={"Cache-Control": "private, no-store"})
+        body = with_signed_urls(plan, make_url).to_json(version)
+        return JSONResponse(body, headers={"Cache-Control": "private, no-store"})
+
+    def iter_range(self, xorb: str, start: int, end: int):
+        """Bytes [start, end] of a stored xorb in RESPONSE_PIECE pieces (read in a worker thread)."""
+        pos = start
+        while pos <= end:
+            piece = self.store.read_xorb_range(xorb, pos, min(end, pos + RESPONSE_PIECE - 1))
+            if not piece:
+                return
+            yield piece
+            pos += len(piece)
 
     async def xorb_data(self, request: Request) -> Response:
+        """A signed xorb URL: a capability issued by a reconstruction its repo was allowed to make."""
         xorb = _hash_param(request, "xorb")
         try:
             start_s, _, end_s = request.query_params["r"].partition("-")
@@ -163,17 +193,19 @@ class CasApp:
         self.signer.check_range(xorb, start, end, exp, sig)
         if request.headers.get("range", "").replace(" ", "") != f"bytes={start}-{end}":
             raise RequestRefused(403, f"this URL serves exactly Range: bytes={start}-{end}")
-        if await run_in_threadpool(self.store.xorb_layout, xorb) is None:
+        layout = await run_in_threadpool(self.store.xorb_layout, xorb)
+        if layout is None:
             raise RequestRefused(404, f"xorb {xorb} not found")
-        data = await run_in_threadpool(self.store.read_xorb_range, xorb, start, end)
-        if len(data) != end - start + 1:
+        if end >= layout.byte_ends[-1]:
             raise RequestRefused(416, "range beyond the end of the xorb")
         ttl = max(0, exp - int(time.time()))
-        return Response(
-            data,
+        return PacedStreamingResponse(
+            self.iter_range(xorb, start, end),
+            self.config.idle_timeout,
             status_code=206,
             media_type="application/octet-stream",
             headers={
+                "Content-Length": str(end - start + 1),
                 "Content-Range": f"bytes {start}-{end}/*",
                 "Cache-Control": f"public, immutable, max-age={ttl}",
                 "ETag": f'"{xorb}"',
@@ -181,46 +213,73 @@ class CasApp:
         )
 
     async def upload_xorb(self, request: Request) -> Response:
-        self.authorize(request, "write")
+        await self.authorize(request, "write")
         xorb = _hash_param(request, "xorb")
-        body = await _read_body(request, MAX_XORB_BODY)
+        body = await self.read_body(request, MAX_XORB_BODY)
         inserted = await run_in_threadpool(self.store.put_xorb, xorb, body)
         return JSONResponse({"was_inserted": inserted})
 
+    def _register(self, body: bytes, repo: str, progress=None) -> bool:
+        return self.store.register_shard(body, repo, verify_sha256=True, progress=progress)
+
     async def upload_shard_v1(self, request: Request) -> Response:
-        self.authorize(request, "write")
-        body = await _read_body(request, MAX_SHARD_BODY)
-        inserted = await run_in_threadpool(self.store.register_shard, body)
+        claims = await self.authorize(request, "write")
+        body = await self.read_body(request, MAX_SHARD_BODY)
+        async with self.validations():
+            inserted = await run_in_threadpool(self._register, body, claims.repo)
         return JSONResponse({"result": 1 if inserted else 0})
 
     async def upload_shard_v2(self, request: Request) -> Response:
-        self.authorize(request, "write")
-        body = await _read_body(request, MAX_SHARD_BODY)
+        """NDJSON frames: `validating` while the sha256 of the shard's files is computed from the
+        stored bytes (the long part), then `committing` and the `result` or an `error`."""
+        claims = await self.authorize(request, "write")
+        body = await self.read_body(request, MAX_SHARD_BODY)
+
+        def frame(obj: dict) -> bytes:
+            return json.dumps(obj).encode() + b"\n"
 
         async def frames() -> AsyncIterator[bytes]:
-            yield json.dumps({"type": "validating", "verified": 0, "total": 1}).encode() + b"\n"
+            loop = asyncio.get_running_loop()
+            updates: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+
+            def progress(done: int, total: int) -> None:  # called from the worker thread
+                loop.call_soon_threadsafe(updates.put_nowait, (done, total))
+
+            yield frame({"type": "validating", "verified": 0, "total": 1})
+            async with self.validations():
+                work = asyncio.ensure_future(run_in_threadpool(self._register, body, claims.repo, progress))
+                while not work.done():
+                    update = asyncio.ensure_future(updates.get())
+                    await asyncio.wait({work, update}, return_when=asyncio.FIRST_COMPLETED)
+                    if update.done():
+                        done, total = update.result()
+                        yield frame({"type": "validating", "verified": done, "total": total})
+                    else:
+                        update.cancel()
             try:
-                inserted = await run_in_threadpool(self.store.register_shard, body)
-            except StoreError as exc:
-                yield json.dumps({"type": "error", "message": exc.message, "retryable": False}).encode() + b"\n"
+                inserted = work.result()
+            except RequestRefused as exc:
+                yield frame({"type": "error", "message": exc.message, "retryable": False})
                 return
             except (OSError, sqlite3.OperationalError) as exc:
                 if not is_disk_full(exc):
                     raise
                 log.error("shard registration failed: %s", exc)
-                yield json.dumps({"type": "error", "message": DISK_FULL, "retryable": False}).encode() + b"\n"
+                yield frame({"type": "error", "message": DISK_FULL, "retryable": False})
                 return
             except Exception:  # noqa: BLE001 - reported in-band once the stream has started
                 log.exception("shard registration failed")
-                yield json.dumps({"type": "error", "message": "internal error registering the shard", "retryable": True}).encode() + b"\n"
+                yield frame({"type": "error", "message": "internal error registering the shard", "retryable": True})
                 return
-            yield json.dumps({"type": "committing", "stage": "syncing"}).encode() + b"\n"
-            yield json.dumps({"type": "result", "result": 1 if inserted else 0}).encode() + b"\n"
+            yield frame({"type": "committing", "stage": "syncing"})
+            yield frame({"type": "result", "result": 1 if inserted else 0})
 
-        return StreamingResponse(frames(), media_type="application/x-ndjson")
+        return PacedStreamingResponse(frames(), self.config.idle_timeout, media_type="application/x-ndjson")
 
     async def chunk_dedup(self, request: Request) -> Response:
-        self.authorize(request, "read")
+        """Global dedup across repos: the answer's chunk hashes are keyed, so it only helps a
+        client that already holds a chunk's bytes, and reveals no file of any repo."""
+        await self.authorize(request, "read")
         if request.path_params["prefix"] not in ("default", "default-merkledb"):
             raise RequestRefused(404, "unknown dedup namespace")
         chunk = hashes.hex_to_hash(_hash_param(request, "chunk"))

@@ -1,9 +1,18 @@
-"""Bearer tokens and signed xorb URLs, both HMAC-SHA256 under the server's secret.
+"""Bearer tokens and signed URLs, all HMAC-SHA256 under the server's secret.
 
-Token: ``xet1.<base64url(json claims)>.<base64url(mac)>`` with claims ``{"scope": "read" |
-"write", "exp": unix seconds, "repo": str}``. A write token can also read. Xorb URLs carry
-their own signature over (xorb, byte range, expiry), so fetching them needs no token, and a
-URL cannot be replayed for another range.
+Token: ``xet1.<base64url(json claims)>.<base64url(mac)>`` with claims ``{"kind", "id", "scope",
+"exp", "repo"}``. Two kinds:
+
+- ``user``: what `git xet token` mints and what people store in git credentials or
+  `xet.token`. Long-lived; `id` is its own random id, which `git xet token --revoke` puts on the
+  revocation list in the index, without rotating the secret.
+- ``cas``: minted by the LFS batch API and the Hub token routes from a user token; short-lived,
+  never outliving its parent, carrying the parent's `id` (revoking the parent revokes it). Only
+  user tokens may mint tokens, so a CAS token leaked in a trace dies within minutes.
+
+`repo` names the one repo the token acts on; `scope` is read or write (write also reads).
+Signed URLs use their own MAC domains: a xorb URL is bound to (xorb, byte range, expiry), a
+bridge URL to (repo, file, expiry); neither can be replayed as the other.
 """
 
 from __future__ import annotations
@@ -15,24 +24,33 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage.errors import RequestRefused
 
 SCOPES = ("read", "write")
+KINDS = ("user", "cas")
 _PREFIX = "xet1"
+MIN_SECRET_BYTES = 16
 
 
 class AuthError(RequestRefused):
-    """401 (no, bad or expired credential) or 403 (valid credential, not allowed)."""
+    """401 (no, bad, expired or revoked credential) or 403 (valid credential, not allowed)."""
+
+
+class SecretError(Exception):
+    """The server secret is missing or unusable; the message says what to do."""
 
 
 @dataclass(frozen=True)
 class Claims:
+    kind: str  # "user" or "cas"
+    id: str  # the user token's id (a CAS token carries its parent's)
     scope: str
     exp: int
-    repo: str = "*"
+    repo: str
 
     def allows(self, needed: str) -> bool:
         return self.scope == "write" or needed == "read"
@@ -53,10 +71,18 @@ def load_or_create_secret(data_dir: Path) -> bytes:
         return env.encode("utf-8")
     path = Path(data_dir) / "secret"
     try:
-        return path.read_bytes().strip()
+        value = path.read_bytes().strip()
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        if len(value) < MIN_SECRET_BYTES:
+            raise SecretError(
+                f"{path} holds {len(value)} bytes; the secret must be at least {MIN_SECRET_BYTES}. "
+                f"Delete the file to have a new one generated (every token minted so far stops working), "
+                f"or put the old secret back"
+            )
+        return value
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     value = secrets.token_hex(32).encode("ascii")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
@@ -68,8 +94,8 @@ class Signer:
     """Mints and checks tokens and URL signatures. Never logs or returns the secret."""
 
     def __init__(self, secret: bytes) -> None:
-        if len(secret) < 16:
-            raise ValueError("the server secret must be at least 16 bytes")
+        if len(secret) < MIN_SECRET_BYTES:
+            raise SecretError(f"the server secret must be at least {MIN_SECRET_BYTES} bytes (check $GIT_XET_SERVER_SECRET)")
         self._secret = secret
 
     def __repr__(self) -> str:
@@ -82,16 +108,40 @@ class Signer:
         """A 32-byte key for another use (e.g. the dedup HMAC key of one rotation period)."""
         return self._mac("derive", purpose.encode("utf-8"))
 
-    def mint(self, scope: str, ttl: int, repo: str = "*", now: float | None = None) -> tuple[str, int]:
+    # ------------------------------------------------------------------ tokens
+
+    def _encode(self, claims: Claims) -> str:
+        payload = {"kind": claims.kind, "id": claims.id, "scope": claims.scope, "exp": claims.exp, "repo": claims.repo}
+        body = _b64(json.dumps(payload, separators=(",", ":")).encode())
+        return f"{_PREFIX}.{body}.{_b64(self._mac('token', body.encode()))}"
+
+    def mint_user(self, scope: str, ttl: int, repo: str, now: float | None = None) -> tuple[str, Claims]:
+        """A user token (and its claims, for the id): what people keep in their credentials."""
         if scope not in SCOPES:
             raise ValueError(f"scope must be one of {SCOPES}")
-        exp = int((time.time() if now is None else now) + ttl)
-        payload = json.dumps({"scope": scope, "exp": exp, "repo": repo}, separators=(",", ":")).encode()
-        body = _b64(payload)
-        return f"{_PREFIX}.{body}.{_b64(self._mac('token', body.encode()))}", exp
+        if not repo:
+            raise ValueError("a token must name a repo")
+        claims = Claims("user", secrets.token_hex(8), scope, int((time.time() if now is None else now) + ttl), repo)
+        return self._encode(claims), claims
 
-    def verify(self, token: str | None, needed: str, now: float | None = None) -> Claims:
-        """Claims of a valid token allowing `needed`; AuthError 401 (missing/invalid/expired) or 403."""
+    def mint_cas(self, parent: Claims, scope: str, ttl: int, now: float | None = None) -> tuple[str, int]:
+        """A short CAS token for the parent user token's repo; it expires with its parent at the latest."""
+        if parent.kind != "user":
+            raise AuthError(403, "only a user token can mint CAS tokens")
+        if not parent.allows(scope):
+            raise AuthError(403, f"token scope '{parent.scope}' does not allow {scope}")
+        exp = min(parent.exp, int((time.time() if now is None else now) + ttl))
+        return self._encode(Claims("cas", parent.id, scope, exp, parent.repo)), exp
+
+    def verify(
+        self,
+        token: str | None,
+        needed: str,
+        revoked: Collection[str] = (),
+        kinds: Collection[str] = KINDS,
+        now: float | None = None,
+    ) -> Claims:
+        """Claims of a valid token of one of `kinds` allowing `needed`; AuthError 401 or 403."""
         if not token:
             raise AuthError(401, "missing bearer token")
         parts = token.split(".")
@@ -99,30 +149,50 @@ class Signer:
             raise AuthError(401, "malformed token")
         try:
             good = hmac.compare_digest(_unb64(parts[2]), self._mac("token", parts[1].encode()))
-            claims_raw = json.loads(_unb64(parts[1])) if good else None
+            raw = json.loads(_unb64(parts[1])) if good else None
         except (ValueError, UnicodeDecodeError):
             raise AuthError(401, "malformed token") from None
-        if not good or not isinstance(claims_raw, dict):
+        if not good or not isinstance(raw, dict):
             raise AuthError(401, "invalid token signature")
         try:
-            claims = Claims(str(claims_raw["scope"]), int(claims_raw["exp"]), str(claims_raw.get("repo", "*")))
+            claims = Claims(str(raw["kind"]), str(raw["id"]), str(raw["scope"]), int(raw["exp"]), str(raw["repo"]))
         except (KeyError, TypeError, ValueError):
-            raise AuthError(401, "malformed token claims") from None
+            raise AuthError(401, "token from an older git-xet server; mint a new one with `git xet token`") from None
         if claims.exp < (time.time() if now is None else now):
             raise AuthError(401, "token expired; request a new one")
+        if claims.id in revoked:
+            raise AuthError(401, "token revoked; ask the server's operator for a new one")
+        if claims.kind not in kinds:
+            raise AuthError(401, f"a {claims.kind} token is not accepted here; use your user token (`git xet token`)")
         if not claims.allows(needed):
             raise AuthError(403, f"token scope '{claims.scope}' does not allow {needed}")
         return claims
 
+    def claims_of(self, token: str) -> Claims:
+        """Claims of a correctly signed token, expired or not (to revoke it by value)."""
+        return self.verify(token, "read", now=0)
+
+    # ------------------------------------------------------------------ signed URLs
+
     def sign_range(self, xorb_hex: str, start: int, end: int, exp: int) -> str:
-        return _b64(self._mac("range", f"{xorb_hex}:{start}:{end}:{exp}".encode()))
+        return _b64(self._mac("xorb-range", f"{xorb_hex}:{start}:{end}:{exp}".encode()))
 
     def check_range(self, xorb_hex: str, start: int, end: int, exp: int, sig: str, now: float | None = None) -> None:
+        self._check(self.sign_range(xorb_hex, start, end, exp), sig, exp, now, "xorb URL expired; query the reconstruction again")
+
+    def sign_bridge(self, repo: str, file_hex: str, exp: int) -> str:
+        return _b64(self._mac("bridge", json.dumps([repo, file_hex, exp]).encode()))
+
+    def check_bridge(self, repo: str, file_hex: str, exp: int, sig: str, now: float | None = None) -> None:
+        self._check(self.sign_bridge(repo, file_hex, exp), sig, exp, now, "download URL expired; run the git command again")
+
+    @staticmethod
+    def _check(expected: str, sig: str, exp: int, now: float | None, expired: str) -> None:
         if exp < (time.time() if now is None else now):
-            raise AuthError(403, "xorb URL expired; query the reconstruction again")
+            raise AuthError(403, expired)
         try:
             given = _unb64(sig)
         except ValueError:
             raise AuthError(403, "malformed URL signature") from None
-        if not hmac.compare_digest(given, _unb64(self.sign_range(xorb_hex, start, end, exp))):
-            raise AuthError(403, "URL signature does not match this xorb and byte range")
+        if not hmac.compare_digest(given, _unb64(expected)):
+            raise AuthError(403, "URL signature does not match what this URL serves")

@@ -48,7 +48,7 @@ class Grants:
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
     async def grant(self, request: Request) -> Response:
-        self.app.authorize(request, "write")
+        await self.app.authorize(request, "write")
         xorb = self.app.hash_param(request, "xorb")
         if crc64nvme is None or not self.app.config.upload_grants:
             raise RequestRefused(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
@@ -87,7 +87,7 @@ class Grants:
         return Response(status_code=200)
 
     async def commit(self, request: Request) -> Response:
-        self.app.authorize(request, "write")
+        await self.app.authorize(request, "write")
         xorb = self.app.hash_param(request, "xorb")
         if await run_in_threadpool(self.app.store.xorb_layout, xorb) is None:
             raise RequestRefused(404, "no uploaded data for this grant")

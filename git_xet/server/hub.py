@@ -4,34 +4,46 @@ This is what lets git-lfs (and our agent in server-negotiated mode) use this ser
 they use the Hub:
 
     POST /{repo}.git/info/lfs/objects/batch
-        upload: transfer "xet"; each missing object gets an action whose header carries
-        X-Xet-Cas-Url / X-Xet-Access-Token / X-Xet-Token-Expiration / X-Xet-Session-Id and
-        whose href is the token refresh route. Objects already stored get no action.
+        upload: transfer "xet"; each object the repo does not have gets an action whose header
+        carries X-Xet-Cas-Url / X-Xet-Access-Token / X-Xet-Token-Expiration / X-Xet-Session-Id
+        and whose href is the token refresh route. Objects the repo has get no action.
         download: with "xet" offered, the action header also names the file (X-Xet-Hash);
         otherwise a "basic" href to the bridge, which streams the reconstructed file.
+        `/git-xet.git/info/lfs` is the batch API of the repo the token names: standalone agents
+        look oids up there without knowing a repo name.
     GET /api/{models|datasets|spaces}/{repo}/xet-{read|write}-token/{rev}
         {"casUrl", "exp", "accessToken"}, and the same as X-Xet-* headers.
 
-The user's credential is one of our tokens, as `Authorization: Bearer` or as the password of
-Basic auth (what git credential helpers send).
+The user's credential is a user token (`git xet token`), as `Authorization: Bearer` or as the
+password of Basic auth (what git credential helpers send). It must name the repo of the route;
+the CAS tokens minted here name the same repo and expire with it at the latest. Repo ids are the
+Hub's: `ns/name` for models, `datasets/ns/name` and `spaces/ns/name` for the others.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import time
 import uuid
 from urllib.parse import urlencode
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core import hashes
-from .auth import AuthError
+from ..storage.errors import RequestRefused
+from .auth import AuthError, Claims
+from .http_io import PacedStreamingResponse
 
 LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
 REPO_KINDS = ("models", "datasets", "spaces")
+STANDALONE_REPO_ALIAS = "git-xet"
+# git-lfs sends at most 100 objects per batch (about 100 bytes each); these leave ample room.
+MAX_BATCH_BODY = 256 * 1024
+MAX_BATCH_OBJECTS = 1000
 
 
 def _user_token(request: Request) -> str | None:
@@ -40,7 +52,7 @@ def _user_token(request: Request) -> str | None:
         return value.strip()
     if scheme.lower() == "basic":
         try:
-            _user, _, password = base64.b64decode(value.strip()).decode("utf-8").partition(":")
+            _user, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
         except (ValueError, UnicodeDecodeError):
             return None
         return password
@@ -48,60 +60,95 @@ def _user_token(request: Request) -> str | None:
 
 
 def _lfs_error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"message": message}, status_code=status, media_type=LFS_MEDIA_TYPE)
+    response = JSONResponse({"message": message}, status_code=status, media_type=LFS_MEDIA_TYPE)
+    if status == 401:
+        response.headers["LFS-Authenticate"] = 'Basic realm="git-xet"'
+    return response
+
+
+def repo_id(kind: str, name: str) -> str:
+    """The Hub's repo id for a repo type and `ns/name`."""
+    return name if kind == "models" else f"{kind}/{name}"
+
+
+def split_repo_id(repo: str) -> tuple[str, str]:
+    """(repo type, `ns/name`) of a repo id: the inverse of repo_id."""
+    head, _, rest = repo.partition("/")
+    return (head, rest) if head in ("datasets", "spaces") and rest else ("models", repo)
+
+
+def _parse_batch(body: bytes) -> tuple[str, list, list]:
+    """(operation, objects, transfers) of a batch request body; ValueError if malformed."""
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("the body is not JSON") from None
+    if not isinstance(request, dict):
+        raise ValueError("the body is not a JSON object")
+    operation, objects, transfers = request.get("operation"), request.get("objects"), request.get("transfers") or ["basic"]
+    if operation not in ("upload", "download"):
+        raise ValueError("operation must be upload or download")
+    if not isinstance(objects, list) or not isinstance(transfers, list):
+        raise ValueError("objects and transfers must be lists")
+    return operation, objects, transfers
 
 
 class HubEmulation:
     def __init__(self, cas) -> None:  # cas: app.CasApp (not imported: app imports us)
         self.cas = cas
 
-    def _base(self, request: Request) -> str:
-        return (self.cas.config.public_url or str(request.base_url)).rstrip("/")
+    async def _user(self, request: Request, needed: str, repo: str | None) -> Claims:
+        """The user token's claims, for `repo` (None: the standalone alias, the token's own)."""
+        claims = await self.cas.authorize(request, needed, token=_user_token(request) or "", kinds=("user",))
+        if repo is not None and claims.repo != repo:
+            raise AuthError(403, f"this token is for another repo than {repo}; mint one with `git xet token --repo {repo}`")
+        return claims
 
-    def _cas_token(self, scope: str, repo: str) -> tuple[str, int]:
-        return self.cas.signer.mint(scope, self.cas.config.cas_token_ttl, repo)
+    def _lookup(self, repo: str, oids: list[str]) -> dict:
+        return {oid: self.cas.store.file_by_sha256(oid, repo) for oid in oids}
 
     async def batch(self, request: Request) -> Response:
-        repo = request.path_params["repo"].removesuffix(".git").strip("/")
+        path_repo = request.path_params["repo"].removesuffix(".git").strip("/")
+        try:  # credentials from headers first: nothing of the body is read for a stranger
+            claims = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
+            body = await self.cas.read_body(request, MAX_BATCH_BODY)
+        except RequestRefused as exc:
+            return _lfs_error(exc.status, exc.message)
         try:
-            body = await request.json()
-            operation = body["operation"]
-            objects = body["objects"]
-            if operation not in ("upload", "download") or not isinstance(objects, list):
-                raise ValueError
-        except (ValueError, KeyError, TypeError):
-            return _lfs_error(422, "malformed batch request")
+            operation, objects, transfers = await run_in_threadpool(_parse_batch, body)
+        except ValueError as exc:
+            return _lfs_error(422, f"malformed batch request: {exc}")
+        if len(objects) > MAX_BATCH_OBJECTS:
+            return _lfs_error(413, f"at most {MAX_BATCH_OBJECTS} objects per batch request")
         needed = "write" if operation == "upload" else "read"
-        try:
-            self.cas.signer.verify(_user_token(request), needed)
-        except AuthError as exc:
-            response = _lfs_error(exc.status, exc.message)
-            if exc.status == 401:
-                response.headers["LFS-Authenticate"] = 'Basic realm="git-xet"'
-            return response
-        transfers = body.get("transfers") or ["basic"]
-        base = self._base(request)
-        kind = "models"
+        if not claims.allows(needed):
+            return _lfs_error(403, f"token scope '{claims.scope}' does not allow {needed}")
         if operation == "upload" and "xet" not in transfers:
             return _lfs_error(422, "this server stores LFS objects with XET only: install git-xet (`git xet install`)")
         transfer = "xet" if "xet" in transfers else "basic"
-        token, exp = self._cas_token(needed, repo)
+        repo = claims.repo
+        base = self.cas.base_url(request)
+        token, exp = self.cas.signer.mint_cas(claims, needed, self.cas.config.cas_token_ttl)
         session = str(uuid.uuid4())
+        valid = [o["oid"].lower() for o in objects if self._valid(o)]
+        stored_by_oid = await run_in_threadpool(self._lookup, repo, valid)
         out = []
         for obj in objects:
-            oid, size = obj.get("oid"), obj.get("size")
-            if not isinstance(oid, str) or len(oid) != 64 or not hashes.is_hash_hex(oid) or not isinstance(size, int) or size < 0:
-                out.append({"oid": str(oid), "size": size, "error": {"code": 422, "message": "invalid oid or size"}})
+            if not self._valid(obj):
+                out.append({"oid": str(obj.get("oid") if isinstance(obj, dict) else None), "error": {"code": 422, "message": "invalid oid or size"}})
                 continue
-            stored = self.cas.store.file_by_sha256(oid)
+            oid, size = obj["oid"].lower(), obj["size"]
+            stored = stored_by_oid[oid]
             entry: dict = {"oid": oid, "size": size, "authenticated": True}
-            if operation == "upload":
+            if stored is not None and stored.size != size:
+                entry["error"] = {"code": 422, "message": f"object {oid} is stored with size {stored.size}, not {size}"}
+            elif operation == "upload":
                 if stored is None:
-                    entry["actions"] = {"upload": self._xet_action(base, kind, repo, "write", token, exp, session)}
+                    entry["actions"] = {"upload": self._xet_action(base, repo, "write", token, exp, session)}
             elif stored is None:
                 entry["error"] = {"code": 404, "message": "object not found"}
             elif transfer == "xet":
-                action = self._xet_action(base, kind, repo, "read", token, exp, session)
+                action = self._xet_action(base, repo, "read", token, exp, session)
                 action["header"]["X-Xet-Hash"] = stored.hash
                 entry["actions"] = {"download": action}
             else:
@@ -109,9 +156,17 @@ class HubEmulation:
             out.append(entry)
         return JSONResponse({"transfer": transfer, "objects": out, "hash_algo": "sha256"}, media_type=LFS_MEDIA_TYPE)
 
-    def _xet_action(self, base: str, kind: str, repo: str, mode: str, token: str, exp: int, session: str) -> dict:
+    @staticmethod
+    def _valid(obj: object) -> bool:
+        if not isinstance(obj, dict):
+            return False
+        oid, size = obj.get("oid"), obj.get("size")
+        return isinstance(oid, str) and len(oid) == 64 and hashes.is_hash_hex(oid) and isinstance(size, int) and not isinstance(size, bool) and size >= 0
+
+    def _xet_action(self, base: str, repo: str, mode: str, token: str, exp: int, session: str) -> dict:
+        kind, name = split_repo_id(repo)
         return {
-            "href": f"{base}/api/{kind}/{repo}/xet-{mode}-token/main",
+            "href": f"{base}/api/{kind}/{name}/xet-{mode}-token/main",
             "header": {
                 "X-Xet-Cas-Url": base,
                 "X-Xet-Access-Token": token,
@@ -122,38 +177,43 @@ class HubEmulation:
         }
 
     def _bridge_url(self, base: str, repo: str, file_hex: str) -> str:
-        """Shaped like the Hub's cas-bridge hrefs: the XET file hash is the last path segment."""
+        """Shaped like the Hub's cas-bridge hrefs: the XET file hash is the last path segment;
+        signed for (repo, file, expiry) in a MAC domain of its own."""
         exp = int(time.time()) + self.cas.config.url_ttl
-        sig = self.cas.signer.sign_range(file_hex, 0, 0, exp)
+        sig = self.cas.signer.sign_bridge(repo, file_hex, exp)
         return f"{base}/xet-bridge-us/{repo}/{file_hex}?{urlencode({'exp': exp, 'sig': sig})}"
 
     async def token_route(self, request: Request) -> Response:
+        """Mint a CAS token from a user token of this repo (never from a CAS token)."""
         kind = request.path_params["kind"]
         if kind not in REPO_KINDS:
             return JSONResponse({"error": f"unknown repo type {kind!r}"}, status_code=404)
         mode = "write" if request.url.path.split("/")[-2] == "xet-write-token" else "read"
-        self.cas.signer.verify(_user_token(request), mode)
-        repo = request.path_params["repo"]
-        token, exp = self._cas_token(mode, repo)
-        base = self._base(request)
+        claims = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
+        token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl)
+        base = self.cas.base_url(request)
         headers = {"X-Xet-Cas-Url": base, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(exp), "Cache-Control": "no-store"}
         return JSONResponse({"casUrl": base, "exp": exp, "accessToken": token}, headers=headers)
 
+    def _bridge_file(self, repo: str, file_hex: str):
+        return self.cas.store.get_file(file_hex) if self.cas.store.repo_has_file(repo, file_hex) else None
+
     async def bridge(self, request: Request) -> Response:
         """Serve a whole file by reconstructing it here: how plain `basic` git-lfs downloads."""
-        file_hex = request.path_params["file"]
+        repo, file_hex = request.path_params["repo"], request.path_params["file"].lower()
         if not hashes.is_hash_hex(file_hex):
             return JSONResponse({"error": "invalid file hash"}, status_code=400)
         try:
             exp, sig = int(request.query_params["exp"]), request.query_params["sig"]
         except (KeyError, ValueError):
             return JSONResponse({"error": "not a signed download URL"}, status_code=403)
-        self.cas.signer.check_range(file_hex.lower(), 0, 0, exp, sig)
-        stored = self.cas.store.get_file(file_hex)
+        self.cas.signer.check_bridge(repo, file_hex, exp, sig)
+        stored = await run_in_threadpool(self._bridge_file, repo, file_hex)
         if stored is None:
             return JSONResponse({"error": "file not found"}, status_code=404)
-        return StreamingResponse(
+        return PacedStreamingResponse(
             self.cas.store.iter_file_bytes(stored),
+            self.cas.config.idle_timeout,
             media_type="application/octet-stream",
             headers={"Content-Length": str(stored.size)},
         )

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage.objects import DirectoryObjectStore
 from .app import ServerConfig, create_app
+from .auth import SecretError
+from .http_guard import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES, guarded_protocol
+from .http_io import DEFAULT_IDLE_TIMEOUT
+
+DEFAULT_MAX_CONNECTIONS = 512
 
 log = logging.getLogger("git_xet.server")
 
@@ -18,7 +26,6 @@ def lock_data_dir(data_dir: Path) -> int | None:
     None when another server process holds it: two servers on one data directory would each
     think the other's half-written files abandoned."""
     import fcntl
-    import os
 
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir / "server.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -32,11 +39,47 @@ def lock_data_dir(data_dir: Path) -> int | None:
     return fd
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Per-connection limits (see http_guard and http_io for why each exists)."""
+
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def serve(
-    data_dir: Path, host: str, port: int, public_url: str | None, url_ttl: int, log_level: str, cas_token_ttl: int = 900, upload_grants: bool = True
+    data_dir: Path,
+    host: str,
+    port: int,
+    public_url: str | None,
+    url_ttl: int,
+    log_level: str,
+    cas_token_ttl: int = 900,
+    upload_grants: bool = True,
+    limits: Limits = Limits(),
 ) -> int:
     import uvicorn
 
+    if public_url is None and not is_loopback(host):
+        # Without it, the Host header of each request would decide where clients are sent.
+        print(
+            f"git-xet serve: listening on {host} needs --public-url, the https URL clients reach this server at "
+            "(usually through a TLS-terminating proxy); only loopback servers may take it from each request",
+            file=sys.stderr,
+        )
+        return 2
+    os.umask(0o077)  # the data directory is private: 0700 directories, 0600 files
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     data_dir = Path(data_dir)
     if lock_data_dir(data_dir) is None:
@@ -46,7 +89,11 @@ def serve(
     removed = DirectoryObjectStore(data_dir).remove_abandoned_temp_files()
     if removed:
         log.info("removed %d temp files left by an interrupted write", removed)
-    app = create_app(ServerConfig(Path(data_dir), public_url, url_ttl, cas_token_ttl, upload_grants))
+    try:
+        app = create_app(ServerConfig(data_dir, public_url, url_ttl, cas_token_ttl, upload_grants, limits.idle_timeout))
+    except SecretError as exc:
+        print(f"git-xet serve: {exc}", file=sys.stderr)
+        return 1
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every keep-alive request after the first waited ~45 ms for a delayed ACK.
@@ -61,6 +108,14 @@ def serve(
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     # The first line on stdout is the URL, for scripts and tests that start us with --port 0.
     print(f"http://{shown}:{bound}", flush=True)
-    config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        http=guarded_protocol(limits.header_timeout, limits.max_header_bytes),
+        limit_concurrency=limits.max_connections,
+        timeout_keep_alive=5,
+    )
     uvicorn.Server(config).run(sockets=[sock])
     return 0

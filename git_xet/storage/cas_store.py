@@ -5,7 +5,12 @@ Object keys (in an ObjectStore; by default files under the data directory)::
     xorbs/<2 hex>/<xorb hash>   stored xorbs, with their CasObjectInfo footer
     shards/<shard id>.mdb       every accepted shard (upload form), kept as the audit trail
 
-and <data>/index.sqlite: xorb registry, file reconstructions, sha256 -> file, dedup index.
+and <data>/index.sqlite: xorb registry, file reconstructions, dedup index, and per repo: the
+files it registered and its Git LFS oids (sha256 -> file). Xorbs and file reconstructions are
+content-addressed and shared by every repo (global dedup); what a repo may read, and what an oid
+means in it, is per repo. An oid maps to a file only when the server computed that file's sha256
+itself (or the caller vouches for the claim: the in-process local store), and a mapping, once
+made, is never replaced.
 
 Everything that is visible through the API is in SQLite and is committed in one transaction
 per request, after the objects it refers to are durable on disk: a crash never exposes a file
@@ -14,11 +19,12 @@ whose xorbs are missing.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +35,7 @@ from ..core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileTerm, Sh
 from ..core.xorb import VerifiedXorb, decode_chunk, parse_chunk_records, verify_xorb
 from .errors import RequestRefused
 from .objects import DirectoryObjectStore, ObjectStore
+from .work_budget import check_reference_budget
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS xorbs (
@@ -43,10 +50,9 @@ CREATE TABLE IF NOT EXISTS xorbs (
 CREATE TABLE IF NOT EXISTS files (
     hash TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
-    sha256 TEXT,
+    sha256 TEXT,                     -- computed by the server from the bytes; NULL until then
     terms BLOB NOT NULL              -- 48-byte FileDataSequenceEntry per term
 );
-CREATE INDEX IF NOT EXISTS files_by_sha256 ON files(sha256);
 CREATE TABLE IF NOT EXISTS dedup (
     chunk_hash BLOB NOT NULL,
     xorb TEXT NOT NULL,
@@ -56,7 +62,43 @@ CREATE TABLE IF NOT EXISTS shards (
     id TEXT PRIMARY KEY,
     size INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS repo_files (   -- a repo reads only the files it registered
+    repo TEXT NOT NULL,
+    file TEXT NOT NULL,
+    PRIMARY KEY (repo, file)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repo_oids (    -- Git LFS oid -> file, per repo; first mapping wins
+    repo TEXT NOT NULL,
+    oid TEXT NOT NULL,
+    file TEXT NOT NULL,
+    PRIMARY KEY (repo, oid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repo_shards (  -- shards each repo has registered (result 0 on repeats)
+    repo TEXT NOT NULL,
+    id TEXT NOT NULL,
+    PRIMARY KEY (repo, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS revoked_tokens (
+    id TEXT PRIMARY KEY,
+    revoked_at INTEGER NOT NULL
+);
 """
+
+SCHEMA_VERSION = 1
+# Version 0 had one namespace and stored every sha256 a client claimed. Its files become the
+# files of the repo DEFAULT_REPO (what tokens name unless told otherwise); its claimed sha256s
+# become that repo's oids, but no longer count as verified.
+_MIGRATE_FROM_0 = """
+INSERT OR IGNORE INTO repo_files SELECT 'default', hash FROM files;
+INSERT OR IGNORE INTO repo_oids SELECT 'default', sha256, hash FROM files WHERE sha256 IS NOT NULL;
+INSERT OR IGNORE INTO repo_shards SELECT 'default', id FROM shards;
+UPDATE files SET sha256 = NULL;
+DROP INDEX IF EXISTS files_by_sha256;
+"""
+
+DEFAULT_REPO = "default"
+# How often (in bytes of file content) a sha256 verification reports progress.
+PROGRESS_STEP = 8 * 1024 * 1024
 
 _TERM = struct.Struct("<32sIIII")
 log = logging.getLogger("git_xet.storage")
@@ -121,12 +163,30 @@ def _insert_layout(db: sqlite3.Connection, xorb_hex: str, verified: VerifiedXorb
 class CasStore:
     """The server's objects and indexes. Thread-safe: one SQLite connection per thread."""
 
-    def __init__(self, root: Path, objects: ObjectStore | None = None) -> None:
+    def __init__(self, root: Path, objects: ObjectStore | None = None, private: bool = False) -> None:
+        """`private`: the data directory is for this process's user only (0700 directories,
+        0600 files), as a server's must be; a serverless local store follows the umask."""
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.objects: ObjectStore = objects or DirectoryObjectStore(self.root)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
+        if private:
+            self.root.chmod(0o700)
+        self.objects: ObjectStore = objects or DirectoryObjectStore(self.root, file_mode=0o600 if private else 0o644)
         self._local = threading.local()
-        self._connection().executescript(_SCHEMA)  # idempotent; executescript commits itself
+        self._migrate()
+
+    def _migrate(self) -> None:
+        conn = self._connection()
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(500, f"{self.root} was written by a newer git-xet (index version {version}); upgrade git-xet")
+        had_files = conn.execute("SELECT name FROM sqlite_master WHERE name = 'files'").fetchone() is not None
+        conn.executescript(_SCHEMA)  # idempotent; executescript commits itself
+        if version < SCHEMA_VERSION:
+            with self._db() as db:
+                if had_files and version == 0:
+                    for statement in _MIGRATE_FROM_0.strip().split(";\n"):
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # ------------------------------------------------------------------ plumbing
 
@@ -255,21 +315,28 @@ class CasStore:
                 "may reference: split the upload into several shards",
             )
 
-    def _check_file(self, info, layouts: dict[bytes, XorbLayout]) -> None:
+    def _check_terms_in_range(self, info, layouts: dict[bytes, XorbLayout]) -> None:
+        """Every term names an existing xorb and a non-empty chunk range inside it (cheap: no
+        per-chunk work), so the work budget can be computed before anything is hashed."""
         name = hashes.hash_to_hex(info.file_hash)
         if info.verification is None:
             raise StoreError(400, f"file {name} has no verification entries")
-        all_hashes: list[bytes] = []
-        all_sizes: list[int] = []
-        for term, verification in zip(info.terms, info.verification):
+        for term in info.terms:
             layout = layouts.get(term.xorb_hash)
             if layout is None:
                 layout = self.xorb_layout(hashes.hash_to_hex(term.xorb_hash))
                 if layout is None:
                     raise StoreError(400, f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}")
                 layouts[term.xorb_hash] = layout
-            if term.chunk_end > len(layout.chunk_hashes):
-                raise StoreError(400, f"file {name} references chunks beyond the end of xorb {layout.hash}")
+            if not term.chunk_start < term.chunk_end <= len(layout.chunk_hashes):
+                raise StoreError(400, f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.hash}")
+
+    def _check_file(self, info, layouts: dict[bytes, XorbLayout]) -> None:
+        name = hashes.hash_to_hex(info.file_hash)
+        all_hashes: list[bytes] = []
+        all_sizes: list[int] = []
+        for term, verification in zip(info.terms, info.verification):
+            layout = layouts[term.xorb_hash]
             term_hashes = layout.chunk_hashes[term.chunk_start : term.chunk_end]
             term_sizes = layout.chunk_sizes[term.chunk_start : term.chunk_end]
             if hashes.verification_hash(term_hashes) != verification:
@@ -281,10 +348,39 @@ class CasStore:
         if hashes.file_hash(all_hashes, all_sizes) != info.file_hash:
             raise StoreError(400, f"file {name}: its hash does not match the chunks it references")
 
-    def register_shard(self, body: bytes) -> bool:
-        """Validate an uploaded shard and register its files and xorbs, all or nothing.
+    def _sha256_of(self, stored: StoredFile, progress: Callable[[int], None] | None) -> str:
+        """The sha256 of a registered-to-be file, computed from the stored chunks."""
+        digest = hashlib.sha256()
+        since = 0
+        for chunk in self.iter_file_bytes(stored):
+            digest.update(chunk)
+            since += len(chunk)
+            if progress is not None and since >= PROGRESS_STEP:
+                progress(since)
+                since = 0
+        if progress is not None and since:
+            progress(since)
+        return digest.hexdigest()
 
-        Returns True when the shard was new (result 1), False when it was already registered.
+    def register_shard(
+        self,
+        body: bytes,
+        repo: str = DEFAULT_REPO,
+        verify_sha256: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> bool:
+        """Validate an uploaded shard and register its files for `repo`, all or nothing.
+
+        Every file is checked against the stored xorbs (verification hashes, file hash) within
+        a work budget decided before any per-chunk work (see work_budget). A file's sha256
+        (its Git LFS oid) becomes an oid of `repo` only when known to be right: with
+        `verify_sha256` (the server) it is computed from the bytes, and a shard whose claim is
+        wrong is refused; without it (the in-process local store, whose writer is its owner)
+        the claim is taken as given. A sha256 the server once computed for a file also maps
+        uploads that carry none (hf-xet's skip_sha256). Existing oid mappings are never
+        replaced. `progress(done, total)` reports bytes of sha256 verification.
+
+        Returns True when the shard was new for this repo (result 1), False for a repeat.
         """
         try:
             shard = parse_shard(body)
@@ -296,23 +392,63 @@ class CasStore:
         for info in shard.cas:
             layouts[info.xorb_hash] = self._check_cas_block(info)
         for info in shard.files:
+            self._check_terms_in_range(info, layouts)
+        check_reference_budget(len(body), (t for info in shard.files for t in info.terms), {x: layout.chunk_sizes for x, layout in layouts.items()})
+        for info in shard.files:
             self._check_file(info, layouts)
+
+        oids: dict[str, str] = {}  # file hash -> sha256 to map in this repo
+        computed: dict[str, str] = {}  # file hash -> sha256 computed here, for the files table
+        to_verify: list[tuple[StoredFile, str]] = []
+        for info in shard.files:
+            name = hashes.hash_to_hex(info.file_hash)
+            claim = info.sha256.hex() if info.sha256 else None
+            known = self._verified_sha256(name)
+            if known is not None:
+                if claim is not None and claim != known:
+                    raise StoreError(400, f"file {name}: its sha256 metadata {claim} does not match its content (sha256 {known})")
+                oids[name] = known
+            elif claim is not None and verify_sha256:
+                to_verify.append((StoredFile(name, info.size, None, info.terms), claim))
+            elif claim is not None:
+                oids[name] = claim
+        total = sum(stored.size for stored, _ in to_verify)
+        done = 0
+
+        def advance(step: int) -> None:
+            nonlocal done
+            done += step
+            if progress is not None:
+                progress(done, total)
+
+        for stored, claim in to_verify:
+            actual = self._sha256_of(stored, advance)
+            if actual != claim:
+                raise StoreError(400, f"file {stored.hash}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
+            oids[stored.hash] = computed[stored.hash] = actual
 
         self.objects.put(f"shards/{shard_id}.mdb", body)
         with self._db() as db:
-            if db.execute("SELECT 1 FROM shards WHERE id = ?", (shard_id,)).fetchone():
+            db.execute("INSERT OR IGNORE INTO shards VALUES (?, ?)", (shard_id, len(body)))
+            if db.execute("SELECT 1 FROM repo_shards WHERE repo = ? AND id = ?", (repo, shard_id)).fetchone():
                 return False
-            db.execute("INSERT INTO shards VALUES (?, ?)", (shard_id, len(body)))
+            db.execute("INSERT INTO repo_shards VALUES (?, ?)", (repo, shard_id))
             for info in shard.files:
+                name = hashes.hash_to_hex(info.file_hash)
                 db.execute(
-                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
+                    "INSERT OR IGNORE INTO files VALUES (?, ?, ?, ?)",
                     (
-                        hashes.hash_to_hex(info.file_hash),
+                        name,
                         info.size,
-                        info.sha256.hex() if info.sha256 else None,
+                        computed.get(name),
                         b"".join(_TERM.pack(t.xorb_hash, t.cas_flags, t.unpacked_bytes, t.chunk_start, t.chunk_end) for t in info.terms),
                     ),
                 )
+                if name in computed:
+                    db.execute("UPDATE files SET sha256 = ? WHERE hash = ? AND sha256 IS NULL", (computed[name], name))
+                db.execute("INSERT OR IGNORE INTO repo_files VALUES (?, ?)", (repo, name))
+                if name in oids:
+                    db.execute("INSERT OR IGNORE INTO repo_oids VALUES (?, ?, ?)", (repo, oids[name], name))
                 if info.terms:  # the first chunk of every file is a dedup entry point
                     first = info.terms[0]
                     digest = layouts[first.xorb_hash].chunk_hashes[first.chunk_start]
@@ -323,6 +459,10 @@ class CasStore:
                     if chunk.flags & CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE or hashes.is_global_dedup_eligible(chunk.chunk_hash):
                         db.execute("INSERT OR IGNORE INTO dedup VALUES (?, ?)", (chunk.chunk_hash, xorb_hex))
         return True
+
+    def _verified_sha256(self, file_hex: str) -> str | None:
+        row = self._connection().execute("SELECT sha256 FROM files WHERE hash = ?", (file_hex,)).fetchone()
+        return row[0] if row else None
 
     # ------------------------------------------------------------------ queries
 
@@ -354,10 +494,25 @@ class CasStore:
                     raise StoreError(500, f"xorb {xorb_hex} is damaged on disk")
                 yield chunk
 
-    def file_by_sha256(self, oid: str) -> StoredFile | None:
-        """The XET file registered with this sha256 (the Git LFS oid), if any."""
-        row = self._connection().execute("SELECT hash FROM files WHERE sha256 = ?", (oid.lower(),)).fetchone()
+    def file_by_sha256(self, oid: str, repo: str = DEFAULT_REPO) -> StoredFile | None:
+        """The XET file that this Git LFS oid (sha256) names in `repo`, if any."""
+        row = self._connection().execute("SELECT file FROM repo_oids WHERE repo = ? AND oid = ?", (repo, oid.lower())).fetchone()
         return self.get_file(row[0]) if row else None
+
+    def repo_has_file(self, repo: str, file_hex: str) -> bool:
+        """Whether `repo` registered this file (and so may read it)."""
+        row = self._connection().execute("SELECT 1 FROM repo_files WHERE repo = ? AND file = ?", (repo, file_hex.lower())).fetchone()
+        return row is not None
+
+    # ------------------------------------------------------------------ token revocation
+
+    def revoke_token(self, token_id: str, now: int) -> None:
+        """Put a user token's id on the revocation list (tokens minted from it die with it)."""
+        with self._db() as db:
+            db.execute("INSERT OR IGNORE INTO revoked_tokens VALUES (?, ?)", (token_id, now))
+
+    def revoked_token_ids(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self._connection().execute("SELECT id FROM revoked_tokens"))
 
     def dedup_xorbs(self, chunk: bytes, limit: int = 8) -> list[str]:
         rows = self._connection().execute("SELECT xorb FROM dedup WHERE chunk_hash = ? LIMIT ?", (chunk, limit)).fetchall()

@@ -48,8 +48,9 @@ class DirectoryObjectStore:
     processes may write at once: the agents of a push into a local store, or a server.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, file_mode: int = 0o644) -> None:
         self.root = Path(root)
+        self.file_mode = file_mode  # 0600 for a server's private data directory
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -69,12 +70,12 @@ class DirectoryObjectStore:
 
     def put(self, key: str, *parts: bytes | memoryview) -> None:
         with self._writing(fcntl.LOCK_SH):
-            atomic_write(self._path(key), *parts)
+            atomic_write(self._path(key), *parts, mode=self.file_mode)
 
     def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
         with self._writing(fcntl.LOCK_SH):
             try:
-                atomic_write(self._path(key), *parts, replace=False)
+                atomic_write(self._path(key), *parts, mode=self.file_mode, replace=False)
             except FileExistsError:
                 return False
         return True

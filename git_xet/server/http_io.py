@@ -1,0 +1,62 @@
+"""Request bodies and streamed responses with bounds: size, and time without progress.
+
+A stalled upload or a client that stops reading must not pin a connection's buffers forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import StreamingResponse
+
+from ..storage.errors import RequestRefused
+
+DEFAULT_IDLE_TIMEOUT = 60.0
+
+
+async def read_body(request: Request, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> bytes:
+    """The whole body, refused (413) past `limit` bytes and (408) after `idle_timeout` seconds
+    without a byte: call it only once the request is authorized."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestRefused(413, f"body of {declared} bytes exceeds the {limit}-byte limit")
+    parts: list[bytes] = []
+    received = 0
+    stream = request.stream().__aiter__()
+    try:
+        while True:
+            try:
+                part = await asyncio.wait_for(stream.__anext__(), idle_timeout)
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise RequestRefused(408, f"no body bytes for {idle_timeout:g} s; send the request again") from None
+            parts.append(part)
+            received += len(part)
+            if received > limit:
+                raise RequestRefused(413, f"body exceeds the {limit}-byte limit")
+    except ClientDisconnect:
+        raise RequestRefused(400, "client disconnected before sending the whole body") from None
+    if declared is not None and declared.isdigit() and received != int(declared):
+        raise RequestRefused(400, "body is shorter than its Content-Length")
+    return b"".join(parts)  # one copy of a body of up to 64 MiB
+
+
+class PacedStreamingResponse(StreamingResponse):
+    """A streaming response that gives up on a client that stops reading: each piece must be
+    taken within `idle_timeout` seconds, else the connection is dropped (uvicorn's send waits
+    while the socket's buffer is full, so a non-reading client would otherwise pin memory)."""
+
+    def __init__(self, content, idle_timeout: float, **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self.idle_timeout = idle_timeout
+
+    async def stream_response(self, send) -> None:  # type: ignore[override]
+        async def paced(message) -> None:
+            try:
+                await asyncio.wait_for(send(message), self.idle_timeout)
+            except asyncio.TimeoutError:
+                raise ConnectionError(f"client read nothing for {self.idle_timeout:g} s") from None
+
+        await super().stream_response(paced)
