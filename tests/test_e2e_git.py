@@ -146,7 +146,7 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
 def test_hub_style_negotiation_with_our_server(tmp_path: Path) -> None:
     g = make_git_env(tmp_path)
     with running_server(tmp_path / "srv" / "data") as srv:
-        user_token = srv.token("write")
+        user_token = srv.token("write", repo="acme/model")
         g.git_xet("install")  # registered, no standalone mode: the server negotiates
         g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
         g.git("config", "--global", "lfs.url", f"{srv.url}/acme/model.git/info/lfs")
@@ -201,7 +201,7 @@ def test_native_mode_against_a_hub_style_server(tmp_path: Path) -> None:
     CAS using the XET hash in the Hub-style bridge href, not streamed through the bridge."""
     g = make_git_env(tmp_path)
     with running_server(tmp_path / "srv" / "data") as srv:
-        user_token = srv.token("write")
+        user_token = srv.token("write", repo="datasets/acme/corpus")
         g.git_xet("install", "--native", srv.url)
         g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
         g.git("config", "--global", "lfs.url", f"{srv.url}/datasets/acme/corpus.git/info/lfs")

@@ -130,7 +130,7 @@ def test_tokens_and_xorb_urls_expiring_mid_transfer_are_renewed(tmp_path: Path) 
     files = {"weights.bin": random_bytes(5 * MIB, 21), "small.bin": random_bytes(10_000, 22)}
     plan = FaultPlan(delay={"/v1/xorb-grants/": 1, "/v1/xorb-data/": 2}, delay_seconds=2.5)
     with running_server(tmp_path / "srv" / "data", "--cas-token-ttl", "8", "--url-ttl", "2") as srv, fault_proxy(srv.url, plan) as proxy:
-        user_token = srv.token("write")
+        user_token = srv.token("write", repo="acme/model")
         g.git_xet("install")  # no standalone mode: the server negotiates, as the Hub does
         g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
         g.git("config", "--global", "lfs.url", f"{proxy}/acme/model.git/info/lfs")

@@ -6,7 +6,8 @@ the URL of a `git xet serve`, with $GIT_XET_TOKEN or `xet.token`.
 
 Server-negotiated mode (Hugging Face Hub style): the batch action's headers carry the CAS URL
 and a short-lived token; its href is the route that renews that token with the user's
-credential ($HF_TOKEN, else `git credential fill`, else ~/.netrc).
+credential, looked up for that URL's host only (see credential_headers). The href must have the
+LFS endpoint's origin: a server cannot send us to collect credentials elsewhere.
 """
 
 from __future__ import annotations
@@ -83,10 +84,22 @@ def standalone_target() -> StandaloneTarget:
     return StandaloneTarget("local", where.location, None)
 
 
+def lfs_config(key: str) -> str | None:
+    """A git-lfs setting: git config first, then the repository's .lfsconfig (as git-lfs reads it)."""
+    value = git_config(key)
+    if value:
+        return value
+    try:
+        out = subprocess.run(["git", "config", "--file", ".lfsconfig", "--get", key], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
 def lfs_endpoint(remote: str | None) -> str:
     """The LFS endpoint git-lfs uses for `remote` (remote.<r>.lfsurl, lfs.url, or derived)."""
     remote = remote or "origin"
-    explicit = git_config(f"remote.{remote}.lfsurl") or git_config("lfs.url")
+    explicit = lfs_config(f"remote.{remote}.lfsurl") or lfs_config("lfs.url")
     if explicit:
         return explicit.rstrip("/")
     url = git_config(f"remote.{remote}.url")
@@ -97,6 +110,26 @@ def lfs_endpoint(remote: str | None) -> str:
         )
     url = url.rstrip("/")
     return (url if url.endswith(".git") else url + ".git") + "/info/lfs"
+
+
+def origin(url: str) -> str:
+    """scheme://host[:port] of a URL, lowercased, without credentials or a default port."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    default = {"http": 80, "https": 443}.get(scheme)
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
+
+
+def hub_endpoint() -> str:
+    """Where the Hugging Face Hub is: $HF_ENDPOINT, else https://huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -122,14 +155,42 @@ def hub_repo(endpoint: str) -> HubRepo:
 
 
 def credential_headers(url: str) -> dict[str, str]:
-    """The user's credential for the Hub (or our Hub emulation), as request headers."""
-    token = os.environ.get("HF_TOKEN")
-    if token:
-        return {"Authorization": f"Bearer {token}"}
+    """The user's credential for `url`'s host, as request headers; {} if there is none.
+
+    `$HF_TOKEN` goes only to the Hub endpoint, and only over https: a repo whose .lfsconfig
+    names another LFS server must not receive it. Every other host gets what the user stored
+    for that host: a password in the URL itself, `~/.netrc` ($NETRC), or `git credential fill`
+    (as git-lfs does), never prompting.
+    """
     parts = urlsplit(url)
+    token = os.environ.get("HF_TOKEN")
+    if token and parts.scheme == "https" and origin(url) == origin(hub_endpoint()):
+        return {"Authorization": f"Bearer {token}"}
     if parts.password:
         return {"Authorization": f"Bearer {parts.password}"}
-    query = f"protocol={parts.scheme}\nhost={parts.netloc}\npath={parts.path.lstrip('/')}\n\n"
+    found = _netrc_login(parts.hostname or "") or _git_credential(parts.scheme, parts.netloc.rpartition("@")[2], parts.path)
+    if found is None:
+        return {}
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(f"{found[0]}:{found[1]}".encode()).decode()}
+
+
+def _netrc_login(host: str) -> tuple[str, str] | None:
+    import netrc
+
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    try:
+        entry = netrc.netrc(path).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return None
+    if not entry or not entry[2]:
+        return None
+    return entry[0] or "", entry[2]
+
+
+def _git_credential(scheme: str, host: str, path: str) -> tuple[str, str] | None:
+    query = f"protocol={scheme}\nhost={host}\npath={path.lstrip('/')}\n\n"
     try:
         out = subprocess.run(
             ["git", "credential", "fill"],
@@ -138,14 +199,11 @@ def credential_headers(url: str) -> dict[str, str]:
             text=True,
             timeout=30,
             check=False,
-            env=dict(os.environ, GIT_TERMINAL_PROMPT="0"),
+            env=dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="", SSH_ASKPASS=""),
         )
     except (OSError, subprocess.TimeoutExpired):
-        return {}
+        return None
     fields = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
     if out.returncode == 0 and fields.get("password"):
-        import base64
-
-        basic = base64.b64encode(f"{fields.get('username', '')}:{fields['password']}".encode()).decode()
-        return {"Authorization": f"Basic {basic}"}
-    return {}  # httpx falls back to ~/.netrc
+        return fields.get("username", ""), fields["password"]
+    return None

@@ -22,7 +22,7 @@ from ..client.tokens import RefreshingToken, StaticToken
 from ..core.hashes import is_hash_hex
 from ..pipelines.download import download_to_path
 from ..pipelines.upload import Uploader
-from .endpoints import ConfigError, configured_endpoint, credential_headers, git_common_dir, git_config, hub_repo, lfs_endpoint, standalone_target
+from .endpoints import ConfigError, configured_endpoint, credential_headers, git_common_dir, git_config, hub_repo, lfs_endpoint, origin, standalone_target
 from .progress import Progress
 from .protocol import Transfer
 from .summary import PushSummary
@@ -77,7 +77,7 @@ class AgentSession:
 
     # ------------------------------------------------------------------ backends
 
-    def _standalone(self) -> tuple[XetBackend, Callable[[str], str | None]]:
+    def _standalone(self, size: int) -> tuple[XetBackend, Callable[[str], str | None]]:
         target = standalone_target()
         key = f"{target.kind}:{target.location}"
         backend = self._backends.get(key)
@@ -97,7 +97,7 @@ class AgentSession:
         else:
 
             def lookup(oid: str) -> str | None:
-                return self._batch_lookup(target.location, target.token, oid)
+                return self._batch_lookup(target.location, target.token, oid, size)
 
         return backend, lookup
 
@@ -124,9 +124,10 @@ class AgentSession:
             raise TransferError(f"the LFS server {endpoint} answered the batch request with something unexpected", retryable=True) from None
         return body.get("transfer"), obj
 
-    def _batch_lookup(self, server: str, token: str | None, oid: str) -> str | None:
-        """Our server's LFS batch API maps an oid to its XET file hash."""
-        _, obj = self._lfs_batch(f"{server}/git-xet.git/info/lfs", "download", ["xet"], oid, 0, {"Authorization": f"Bearer {token}"} if token else {})
+    def _batch_lookup(self, server: str, token: str | None, oid: str, size: int) -> str | None:
+        """Our server's LFS batch API maps an oid to its XET file hash. `/git-xet.git` is the
+        batch API of the repo the token names; an object of another size is not ours."""
+        _, obj = self._lfs_batch(f"{server}/git-xet.git/info/lfs", "download", ["xet"], oid, size, {"Authorization": f"Bearer {token}"} if token else {})
         # No download action (e.g. a per-object 404) means the store does not have it.
         return ((obj.get("actions") or {}).get("download") or {}).get("header", {}).get("X-Xet-Hash")
 
@@ -141,13 +142,30 @@ class AgentSession:
             initial = None
             if headers.get("x-xet-access-token"):
                 initial = (headers["x-xet-access-token"], float(headers.get("x-xet-token-expiration") or 0))
-            if action.get("href"):
-                tokens = RefreshingToken(action["href"], credential_headers(action["href"]), self._http_client(), initial)
+            href = action.get("href")
+            if href and self._may_refresh_at(href):
+                tokens = RefreshingToken(href, credential_headers(href), self._http_client(), initial)
             else:
                 tokens = StaticToken(initial[0] if initial else None)
             backend = HttpCasBackend(cas, tokens, session_id=headers.get("x-xet-session-id") or str(uuid.uuid4()), http=self._http_client())
             self._backends[key] = backend
         return backend
+
+    def _may_refresh_at(self, href: str) -> bool:
+        """Whether to send the user's credential to a token refresh `href`: only to the LFS
+        endpoint's own origin. A different origin is refused; when the endpoint is unknown
+        here (git-lfs derived it, e.g. from an ssh remote), the batch's token is used as is."""
+        try:
+            endpoint = lfs_endpoint(self.remote)
+        except ConfigError:
+            log.warning("cannot tell this remote's LFS endpoint; the CAS token will not be refreshed")
+            return False
+        if origin(href) != origin(endpoint):
+            raise TransferError(
+                f"refusing the LFS server's token refresh URL {origin(href)}: it is not the LFS endpoint's origin {origin(endpoint)}; "
+                "your credentials are only sent to the LFS server itself"
+            )
+        return True
 
     def _own_batch(self, req: Transfer) -> tuple[XetBackend | None, Callable[[str], str | None]]:
         """Standalone toward a Hub-style remote: our own batch call, then XET natively.
@@ -189,7 +207,7 @@ class AgentSession:
         answer for an upload means: already stored). None as the store: nothing to do."""
         if req.action is None:
             if configured_endpoint() is not None:
-                return self._standalone()
+                return self._standalone(req.size)
             return self._own_batch(req)
         backend = self._negotiated(req.action)
         header_hash = {k.lower(): v for k, v in (req.action.get("header") or {}).items()}.get("x-xet-hash")
