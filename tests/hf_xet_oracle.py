@@ -24,7 +24,7 @@ for path, store in jobs["upload"]:
     out["uploads"].append({"hash": info.hash, "size": info.file_size, "sha256": info.sha256})
 token = (jobs.get("token"), int(time.time()) + 3600)
 if jobs.get("remote_upload"):
-    infos = hf_xet.upload_files(jobs["remote_upload"], jobs["endpoint"], token, None, None, "model")
+    infos = hf_xet.upload_files(jobs["remote_upload"], jobs["endpoint"], token, None, None, "model", skip_sha256=jobs.get("skip_sha256", False))
     out["remote_uploads"] = [{"hash": i.hash, "size": i.file_size, "sha256": i.sha256} for i in infos]
 if jobs.get("remote_download"):
     infos = [hf_xet.PyXetDownloadInfo(dest, h, size) for dest, h, size in jobs["remote_download"]]
@@ -71,9 +71,10 @@ def _run(jobs: dict, workdir: Path) -> dict:
     return json.loads(proc.stdout)
 
 
-def remote_upload(paths: list[Path], endpoint: str, token: str, workdir: Path) -> list[dict]:
-    """Upload files to a CAS server with hf-xet; returns [{hash, size, sha256}] per file."""
-    jobs = {"hash": [], "upload": [], "remote_upload": [str(p) for p in paths], "endpoint": endpoint, "token": token}
+def remote_upload(paths: list[Path], endpoint: str, token: str, workdir: Path, skip_sha256: bool = False) -> list[dict]:
+    """Upload files to a CAS server with hf-xet; returns [{hash, size, sha256}] per file.
+    `skip_sha256`: hf-xet leaves the sha256 out of the shard (as huggingface_hub can ask)."""
+    jobs = {"hash": [], "upload": [], "remote_upload": [str(p) for p in paths], "endpoint": endpoint, "token": token, "skip_sha256": skip_sha256}
     return _run(jobs, workdir)["remote_uploads"]
 
 

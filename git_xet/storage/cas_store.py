@@ -504,6 +504,13 @@ class CasStore:
         row = self._connection().execute("SELECT 1 FROM repo_files WHERE repo = ? AND file = ?", (repo, file_hex.lower())).fetchone()
         return row is not None
 
+    def stats(self) -> dict[str, int]:
+        """How many of each thing the index holds (for operators, and tests that must show an
+        attack changed nothing)."""
+        conn = self._connection()
+        tables = ("xorbs", "files", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens")
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
+
     # ------------------------------------------------------------------ token revocation
 
     def revoke_token(self, token_id: str, now: int) -> None:
