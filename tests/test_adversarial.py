@@ -182,6 +182,19 @@ def test_a_reupload_never_remaps_or_clears_an_oid(server: RunningServer, tmp_pat
     assert down["objects"][0]["actions"]["download"]["header"]["X-Xet-Hash"] == verified["hash"]
 
 
+def test_v2_shard_uploads_report_the_sha256_verification(server: RunningServer) -> None:
+    """The long part of registering a shard (hashing its files' bytes) streams progress frames."""
+    token = server.token("write", repo="acme/progress")
+    data = random_bytes(20 * MIB, 109)
+    resp, _ = _put(server, token, data, version=2)
+    frames = [json.loads(line) for line in resp.text.splitlines() if line]
+    progress = [f for f in frames if f["type"] == "validating" and f["total"] == len(data)]
+    assert [f["verified"] for f in progress] == sorted(f["verified"] for f in progress)
+    assert progress and progress[-1]["verified"] == len(data)
+    assert frames[-1] == {"type": "result", "result": 1}
+    assert _store(server).file_by_sha256(hashlib.sha256(data).hexdigest(), "acme/progress") is not None
+
+
 def test_batch_compares_sizes(server: RunningServer) -> None:
     repo = "acme/sizes"
     token = server.token("write", repo=repo)
@@ -444,6 +457,32 @@ def test_stalled_uploads_and_non_reading_downloads_are_dropped(server: RunningSe
 
 
 # ---------------------------------------------------------------- medium and low
+
+
+def test_a_data_directory_from_before_repos_is_migrated(tmp_path: Path) -> None:
+    """Its files become repo `default`'s, its (unverified) oids that repo's oids; nothing is
+    lost, nothing counts as verified, and a new claim cannot replace a migrated mapping."""
+    import sqlite3
+
+    data = random_bytes(120_000, 110)
+    built, digest = single_xorb(data)
+    body = _shard(_file_info(built, digest.file_hash, len(data), hashlib.sha256(data).digest()))
+    legacy = CasStore(tmp_path / "v0")
+    legacy.put_xorb(hashes.hash_to_hex(built.xorb_hash), built.body)
+    legacy.register_shard(body)
+    file_hex, oid = hashes.hash_to_hex(digest.file_hash), hashlib.sha256(data).hexdigest()
+    del legacy
+    # Rewrite the index into the version-0 shape (one namespace, claimed sha256 in `files`).
+    with sqlite3.connect(tmp_path / "v0" / "index.sqlite") as db:
+        db.execute("UPDATE files SET sha256 = ?", (oid,))
+        for table in ("repo_files", "repo_oids", "repo_shards", "revoked_tokens"):
+            db.execute(f"DROP TABLE {table}")
+        db.execute("PRAGMA user_version = 0")
+    migrated = CasStore(tmp_path / "v0")
+    assert migrated.repo_has_file("default", file_hex)
+    mapped = migrated.file_by_sha256(oid)
+    assert mapped is not None and mapped.hash == file_hex
+    assert migrated.stats()["repo_shards"] == 1 and not migrated.register_shard(body)
 
 
 def test_data_directory_is_private(server: RunningServer) -> None:

@@ -141,8 +141,9 @@ class CasApp:
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    def _plan(self, repo: str, file_hex: str, range_header: str | None):
-        """Blocking part of a reconstruction (SQLite, planning): run in a worker thread."""
+    def _plan(self, repo: str, file_hex: str, range_header: str | None, base: str, version: int) -> tuple[StoredFile, dict | None]:
+        """Blocking part of a reconstruction (SQLite, planning, signing thousands of URLs for a
+        big file): run in a worker thread. The plan's JSON, or None for a range past the end."""
         stored = self.store.get_file(file_hex) if self.store.repo_has_file(repo, file_hex) else None
         if stored is None:  # the same answer whether the file is elsewhere or nowhere
             raise RequestRefused(404, f"file {file_hex} not found")
@@ -152,23 +153,23 @@ class CasApp:
             return stored, None
         except ValueError as exc:
             raise RequestRefused(400, str(exc)) from None
-        return stored, plan_reconstruction(stored.terms, self.store.layouts_for(stored), byte_range)
-
-    async def reconstruction(self, request: Request) -> Response:
-        claims = await self.authorize(request, "read")
-        file_hex = _hash_param(request, "file")
-        version = 2 if request.url.path.startswith("/v2/") else 1
-        stored, plan = await run_in_threadpool(self._plan, claims.repo, file_hex, request.headers.get("range"))
-        if plan is None:
-            return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
-        base = self.base_url(request)
+        plan = plan_reconstruction(stored.terms, self.store.layouts_for(stored), byte_range)
         exp = int(time.time()) + self.config.url_ttl
 
         def make_url(xorb: str, start: int, end: int) -> str:
             query = urlencode({"r": f"{start}-{end}", "exp": exp, "sig": self.signer.sign_range(xorb, start, end, exp)})
             return f"{base}/v1/xorb-data/{xorb}?{query}"
 
-        body = with_signed_urls(plan, make_url).to_json(version)
+        return stored, with_signed_urls(plan, make_url).to_json(version)
+
+    async def reconstruction(self, request: Request) -> Response:
+        claims = await self.authorize(request, "read")
+        file_hex = _hash_param(request, "file")
+        version = 2 if request.url.path.startswith("/v2/") else 1
+        args = (claims.repo, file_hex, request.headers.get("range"), self.base_url(request), version)
+        stored, body = await run_in_threadpool(self._plan, *args)
+        if body is None:
+            return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
         return JSONResponse(body, headers={"Cache-Control": "private, no-store"})
 
     def iter_range(self, xorb: str, start: int, end: int):
