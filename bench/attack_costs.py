@@ -8,7 +8,8 @@ one), runs each attack once and prints what it cost the server or what it achiev
 
 - batch40:   4 strangers POST 40 MiB batch requests (valid JSON, 500k objects) to the LFS batch
              route without credentials: peak RSS, statuses, and the slowest /health meanwhile
-- fanout:    a ~120 KiB shard naming one 8192-chunk xorb 1,500 times: server CPU s, RSS growth, status
+- fanout:    a ~75 KiB shard naming one 8192-chunk xorb 780 times (6.4M chunk references, under
+             the absolute per-shard cap of 8M): server CPU s, RSS growth, status
 - halfopen:  N sockets (--halfopen, default 300) that never finish their headers: whether
              /health answers within 10 s, and how many of them the server has closed 15 s later
 - header:    a 32 MiB header: status (0 = connection reset) and server RSS growth
@@ -155,7 +156,7 @@ def fanout(srv: Server) -> dict:
     built = builder.build()
     httpx.post(f"{srv.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token), timeout=60)
     term = shard.FileTerm(built.xorb_hash, sum(built.chunk_sizes), 0, 8192)
-    info = shard.FileInfo(bytes(range(32)), (term,) * 1500, (hashes.verification_hash(built.chunk_hashes),) * 1500, None)
+    info = shard.FileInfo(bytes(range(32)), (term,) * 780, (hashes.verification_hash(built.chunk_hashes),) * 780, None)
     body = shard.serialize_shard(shard.Shard((info,)), with_footer=False)
     cpu, rss = srv.cpu(), srv.rss()
     with PeakRss(srv) as peak:
