@@ -71,6 +71,9 @@ def slices(size: int, seed: int) -> list[tuple[int, int]]:
     return out
 
 
+REPO = hfjs_peer.Endpoint.repo  # every token of this module names the repo the peer commits to
+
+
 @pytest.fixture
 def server(tmp_path: Path):
     with running_server(tmp_path / "data") as srv:
@@ -78,7 +81,7 @@ def server(tmp_path: Path):
 
 
 def _endpoint(server: RunningServer) -> hfjs_peer.Endpoint:
-    return hfjs_peer.Endpoint(server.url, server.token("write"), server.token("read"))
+    return hfjs_peer.Endpoint(server.url, server.token("write", repo=REPO), server.token("read", repo=REPO))
 
 
 def _write(tmp: Path, files: dict[str, bytes]) -> dict[str, Path]:
@@ -96,7 +99,7 @@ def _read_back(server: RunningServer, tmp: Path, files: dict[str, bytes], xet: d
     its whole and sliced reads are identical to what was written.
     """
     passed: Counter = Counter()
-    read_token = server.token("read")
+    read_token = server.token("read", repo=REPO)
     jobs = {name: (xet[name], len(data), slices(len(data), i)) for i, (name, data) in enumerate(files.items())}
 
     def check(reader: str, name: str, whole: bytes, parts: list[bytes]) -> None:
@@ -185,7 +188,7 @@ def test_hfjs_uploads_are_accepted_and_read_back_by_every_client(server: Running
     assert xet["empty.bin"] == hashes.hash_to_hex(ZERO_HASH)
     recon = httpx.get(
         f"{server.url}/v1/reconstructions/{xet['compressible.bin']}",
-        headers={"Authorization": f"Bearer {server.token('read')}"},
+        headers={"Authorization": f"Bearer {server.token('read', repo=REPO)}"},
         timeout=30,
     ).json()
     assert sum(t["unpacked_length"] for t in recon["terms"]) == len(files["compressible.bin"])
@@ -233,7 +236,7 @@ def _xet_hashes(server: RunningServer, committed: dict[str, tuple[str, int]]) ->
     batch = httpx.post(
         f"{server.url}/peer/hfjs.git/info/lfs/objects/batch",
         json={"operation": "download", "transfers": ["xet"], "objects": [{"oid": o, "size": s} for o, s in committed.values()]},
-        headers={"Authorization": f"Bearer {server.token('read')}"},
+        headers={"Authorization": f"Bearer {server.token('read', repo=REPO)}"},
         timeout=30,
     ).json()
     by_oid = {o["oid"]: o["actions"]["download"]["header"]["X-Xet-Hash"] for o in batch["objects"]}
@@ -278,13 +281,13 @@ def test_hfjs_reads_what_ours_and_hf_xet_wrote(server: RunningServer, tmp_path: 
     ours = {"ours-empty.bin": b"", "ours-tiny.bin": b"x", "ours-random.bin": random_bytes(3 << 20, 41), "ours-floats.bin": float32_like(1 << 20, 42)}
     theirs = {"hfxet-tiny.bin": random_bytes(100, 43), "hfxet-random.bin": random_bytes(3 << 20, 44), "hfxet-floats.bin": float32_like(1 << 20, 45)}
     xet: dict[str, str] = {}
-    backend = HttpCasBackend(server.url, StaticToken(server.token("write")), policy=FAST_RETRY)
+    backend = HttpCasBackend(server.url, StaticToken(server.token("write", repo=REPO)), policy=FAST_RETRY)
     with Uploader(backend, None) as up:
         for name, data in ours.items():
             xet[name] = up.add_bytes(data).file_hash
         up.finalize()
     paths = _write(tmp_path, theirs)
-    infos = hf_xet_oracle.remote_upload(list(paths.values()), server.url, server.token("write"), tmp_path)
+    infos = hf_xet_oracle.remote_upload(list(paths.values()), server.url, server.token("write", repo=REPO), tmp_path)
     for name, info in zip(theirs, infos, strict=True):
         assert info["size"] == len(theirs[name])
         xet[name] = info["hash"]
@@ -414,7 +417,7 @@ def test_a_shard_naming_too_many_chunks_is_refused_before_the_work(server: Runni
     chunks = [i.to_bytes(2, "little") for i in range(MAX_XORB_CHUNKS)]
     chunk_hashes = [hashes.chunk_hash(c) for c in chunks]
     xorb = hashes.xorb_hash(chunk_hashes, [2] * len(chunks))
-    backend = HttpCasBackend(server.url, StaticToken(server.token("write")), policy=FAST_RETRY)
+    backend = HttpCasBackend(server.url, StaticToken(server.token("write", repo=REPO)), policy=FAST_RETRY)
     backend.upload_xorb(hashes.hash_to_hex(xorb), _xorb_body(chunks, CompressionScheme.NONE))
     whole = sh.FileTerm(xorb, 2 * len(chunks), 0, len(chunks))
     verification = hashes.verification_hash(chunk_hashes)
@@ -424,7 +427,7 @@ def test_a_shard_naming_too_many_chunks_is_refused_before_the_work(server: Runni
         info = sh.FileInfo(file_hash, (whole,) * repeats, (verification,) * repeats)
         return sh.serialize_shard(sh.Shard((info,)), with_footer=False)
 
-    headers = {"Authorization": f"Bearer {server.token('write')}"}
+    headers = {"Authorization": f"Bearer {server.token('write', repo=REPO)}"}
     # A file of the same xorb four times over is fine...
     ok = httpx.post(f"{server.url}/v1/shards", content=shard_of(4), headers=headers, timeout=60)
     assert ok.status_code == 200, ok.text

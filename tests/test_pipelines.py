@@ -264,7 +264,7 @@ def test_refreshing_token_source_against_hub_routes(server: RunningServer, tmp_p
     from git_xet.client.tokens import RefreshingToken
 
     http = make_http_client()
-    tokens = RefreshingToken(f"{server.url}/api/models/acme/m/xet-write-token/main", {"Authorization": f"Bearer {server.token('write')}"}, http)
+    tokens = RefreshingToken(f"{server.url}/api/models/acme/m/xet-write-token/main", {"Authorization": f"Bearer {server.token('write', repo='acme/m')}"}, http)
     backend = HttpCasBackend(server.url, tokens, policy=FAST_RETRY, http=http)
     with Uploader(backend) as up:
         r = up.add_bytes(b"via a refreshed token" * 1000)

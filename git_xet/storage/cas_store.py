@@ -331,7 +331,10 @@ class CasStore:
             if not term.chunk_start < term.chunk_end <= len(layout.chunk_hashes):
                 raise StoreError(400, f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.hash}")
 
-    def _check_file(self, info, layouts: dict[bytes, XorbLayout]) -> None:
+    def _check_file(self, info, layouts: dict[bytes, XorbLayout], checked: dict[tuple[bytes, int, int], tuple[bytes, int]]) -> None:
+        """Verification hashes, term lengths and the file hash against the stored xorbs.
+        `checked` remembers (verification hash, length) per term range across the shard, so a
+        range named again costs no more hashing."""
         name = hashes.hash_to_hex(info.file_hash)
         all_hashes: list[bytes] = []
         all_sizes: list[int] = []
@@ -339,9 +342,13 @@ class CasStore:
             layout = layouts[term.xorb_hash]
             term_hashes = layout.chunk_hashes[term.chunk_start : term.chunk_end]
             term_sizes = layout.chunk_sizes[term.chunk_start : term.chunk_end]
-            if hashes.verification_hash(term_hashes) != verification:
+            key = (term.xorb_hash, term.chunk_start, term.chunk_end)
+            if key not in checked:
+                checked[key] = (hashes.verification_hash(term_hashes), sum(term_sizes))
+            expected, length = checked[key]
+            if expected != verification:
                 raise StoreError(400, f"file {name}: a verification hash does not match xorb {layout.hash}")
-            if sum(term_sizes) != term.unpacked_bytes:
+            if length != term.unpacked_bytes:
                 raise StoreError(400, f"file {name}: a term's length does not match xorb {layout.hash}")
             all_hashes += term_hashes
             all_sizes += term_sizes
@@ -394,8 +401,9 @@ class CasStore:
         for info in shard.files:
             self._check_terms_in_range(info, layouts)
         check_reference_budget(len(body), (t for info in shard.files for t in info.terms), {x: layout.chunk_sizes for x, layout in layouts.items()})
+        checked: dict[tuple[bytes, int, int], tuple[bytes, int]] = {}
         for info in shard.files:
-            self._check_file(info, layouts)
+            self._check_file(info, layouts, checked)
 
         oids: dict[str, str] = {}  # file hash -> sha256 to map in this repo
         computed: dict[str, str] = {}  # file hash -> sha256 computed here, for the files table

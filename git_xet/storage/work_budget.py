@@ -21,8 +21,10 @@ from .errors import RequestRefused
 # and uncompressed bytes (what hashing the sha256 of a repeated range costs).
 REPEATED_CHUNKS_PER_SHARD_BYTE = 1 / 8
 REPEATED_BYTES_PER_SHARD_BYTE = 2048
-REPEATED_CHUNKS_FLOOR = 8192
-REPEATED_BYTES_FLOOR = 64 * 1024 * 1024
+# Floors: what any shard may repeat (65536 more merkle leaves cost ~0.2 s; 1 GiB more of sha256
+# about 1-2 s), so that small legitimate shards of periodic files are never refused.
+REPEATED_CHUNKS_FLOOR = 65536
+REPEATED_BYTES_FLOOR = 1 << 30
 
 
 class WorkBudgetExceeded(RequestRefused):
