@@ -161,7 +161,8 @@ def _check_native(url: str) -> Iterator[Check]:
 
     yield Check(True, f"mode: native XET for LFS endpoints under {url}")
     headers = credential_headers(url)
-    source = "$HF_TOKEN" if os.environ.get("HF_TOKEN") else "git credentials" if headers else None
+    hf_token = os.environ.get("HF_TOKEN")  # sent only to the Hub endpoint (see credential_headers)
+    source = "$HF_TOKEN" if hf_token and headers.get("Authorization") == f"Bearer {hf_token}" else "git credentials" if headers else None
     if source is None:
         yield Check(False, f"no credentials for {url}", "set HF_TOKEN, or store them with `git credential approve`")
         return
