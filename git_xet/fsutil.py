@@ -14,14 +14,16 @@ TEMP_SUFFIX = ".tmp"  # what a writer killed mid-write leaves behind: `.<name>.<
 
 
 @contextmanager
-def atomic_output(path: Path, *, mode: int = 0o644, replace: bool = True) -> Iterator[BinaryIO]:
+def atomic_output(path: Path, *, mode: int = 0o644, replace: bool = True, durable: bool = True) -> Iterator[BinaryIO]:
     """A file to write that appears at `path` whole, or not at all, even after a crash.
 
     Writes go to a temp file in the same directory; on success it is fsynced, given `mode`,
     renamed over `path` and the directory fsynced. On any error the temp file is removed.
     With replace=False an existing `path` wins: FileExistsError is raised and it is left
     untouched (the temp file is hard-linked into place, which fails atomically if `path`
-    exists: of racing writers exactly one succeeds).
+    exists: of racing writers exactly one succeeds). durable=False skips the fsyncs, for files
+    whose loss in a crash costs nothing (a download git-lfs will verify and move anyway): the
+    file still appears whole or not at all to every reader.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -30,7 +32,8 @@ def atomic_output(path: Path, *, mode: int = 0o644, replace: bool = True) -> Ite
         with os.fdopen(fd, "wb") as out:
             yield out
             out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                os.fsync(out.fileno())
         os.chmod(tmp, mode)
         if replace:
             os.replace(tmp, path)
@@ -43,6 +46,8 @@ def atomic_output(path: Path, *, mode: int = 0o644, replace: bool = True) -> Ite
         except FileNotFoundError:
             pass
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from git_xet.client.http_backend import HttpCasBackend
+from git_xet.client.http_backend import DIRECT_UPLOAD_BELOW, HttpCasBackend
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
@@ -161,3 +161,13 @@ def test_puts_that_do_not_match_their_grant_are_refused(tmp_path: Path) -> None:
         assert put(good, body).status_code == 412
         assert httpx.post(f"{server.url}/v1/xorb-commits/default/{xorb_hex}/grant/{good['id']}", headers=auth).status_code == 200
         assert httpx.post(f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth, json={"length": len(body), "checksum": {"algo": "crc64nvme", "value": "1"}}).status_code == 200
+
+
+def test_small_xorbs_are_posted_directly_even_where_grants_are_offered(tmp_path: Path) -> None:
+    """A grant's two extra round trips are not worth it below DIRECT_UPLOAD_BELOW bytes."""
+    small = random_bytes(DIRECT_UPLOAD_BELOW // 2, 23)
+    with running_server(tmp_path / "data") as server:
+        _round_trip(server.url, server.token(), small)
+        calls = _calls(server)
+        assert calls[("POST", "xorbs", 200)] == 1
+        assert not any(kind in ("xorb-grants", "xorb-uploads", "xorb-commits") for _m, kind, _s in calls)

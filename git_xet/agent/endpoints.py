@@ -12,6 +12,7 @@ LFS endpoint's origin: a server cannot send us to collect credentials elsewhere.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from dataclasses import dataclass
@@ -23,15 +24,39 @@ class ConfigError(Exception):
     """The agent is not configured well enough to transfer; the message says what to run."""
 
 
-def git_config(key: str) -> str | None:
+def _canonical(key: str) -> str:
+    """git's spelling of a config key: section and variable lower-cased, subsection kept."""
+    section, _, rest = key.partition(".")
+    middle, _, variable = rest.rpartition(".")
+    return f"{section.lower()}.{middle + '.' if middle else ''}{variable.lower()}"
+
+
+@functools.cache
+def _config_snapshot() -> dict[str, str]:
+    """Every git config value visible here, read once per process (`git config --list -z`).
+
+    The agent asks for several keys per object; one `git` process each cost milliseconds per
+    object, times thousands of objects. Nothing changes the config during one git-lfs command.
+    Later values win, as for `git config --get`.
+    """
     try:
-        out = subprocess.run(["git", "config", "--get", key], capture_output=True, text=True, timeout=30, check=False)
+        out = subprocess.run(["git", "config", "--list", "-z"], capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    value = out.stdout.strip()
-    return value or None
+        return {}
+    values: dict[str, str] = {}
+    for entry in out.stdout.decode("utf-8", "replace").split("\0"):
+        key, _, value = entry.partition("\n")
+        if key:
+            values[_canonical(key)] = value
+    return values
 
 
+def git_config(key: str) -> str | None:
+    """The value of `key` in this repository's git config, or None when unset or empty."""
+    return _config_snapshot().get(_canonical(key)) or None
+
+
+@functools.cache
 def git_common_dir() -> Path:
     out = subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True, text=True, timeout=30, check=False)
     if out.returncode != 0:

@@ -302,7 +302,9 @@ class AgentSession:
         dest = tmp_dir / f"{req.oid}.xet-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         umask = os.umask(0)
         os.umask(umask)
-        download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, size=req.size, sha256=req.oid, progress=progress.add)
+        # Not fsynced: git-lfs hashes the file again and moves it into its object store; a crash
+        # before then loses a temp file, never an object.
+        download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, durable=False, size=req.size, sha256=req.oid, progress=progress.add)
         return str(dest)
 
     def close(self) -> None:

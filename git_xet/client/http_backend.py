@@ -48,6 +48,10 @@ def _body_slices(body: bytes | memoryview) -> Iterator[memoryview]:
 
 
 MAX_GRANTS = 3  # per xorb, as hf-xet (HF_XET_CLIENT_MAX_XORB_GRANT_ATTEMPTS)
+# A grant costs two more round trips (grant, commit) than a direct POST. For a small xorb (the
+# last of a push, or each file of a push of many small files) those round trips cost more than
+# the server's CPU for its bytes, so it is posted directly; grants carry the big ones.
+DIRECT_UPLOAD_BELOW = 1 << 20
 
 
 def _legacy_upload() -> bool:
@@ -225,8 +229,9 @@ class HttpCasBackend:
 
     def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         """Through an upload grant where the server offers them (as hf-xet >= 1.8 does: the
-        bytes may go straight to object storage), else `POST /v1/xorbs`."""
-        if self._grants_offered and crc64nvme is not None and not _legacy_upload():
+        bytes may go straight to object storage), else `POST /v1/xorbs`. Xorbs under
+        DIRECT_UPLOAD_BELOW bytes are posted directly either way."""
+        if len(body) >= DIRECT_UPLOAD_BELOW and self._grants_offered and crc64nvme is not None and not _legacy_upload():
             uploaded = self._upload_granted(xorb_hex, body)
             if uploaded is not None:
                 return uploaded

@@ -233,7 +233,8 @@ def download(
     return DownloadResult(written, fetcher.bytes_fetched, verified)
 
 
-def download_to_path(backend: XetBackend, file_hex: str, dest: Path, *, mode: int = 0o644, **kwargs) -> DownloadResult:
-    """Download and verify into a temp file beside `dest`, then rename: all or nothing."""
-    with atomic_output(Path(dest), mode=mode) as out:
+def download_to_path(backend: XetBackend, file_hex: str, dest: Path, *, mode: int = 0o644, durable: bool = True, **kwargs) -> DownloadResult:
+    """Download and verify into a temp file beside `dest`, then rename: all or nothing.
+    durable=False skips the fsyncs (see fsutil.atomic_output)."""
+    with atomic_output(Path(dest), mode=mode, durable=durable) as out:
         return download(backend, file_hex, out, **kwargs)
