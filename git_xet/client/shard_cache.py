@@ -142,6 +142,12 @@ class ShardCache:
             index.add(shard)
         return index
 
+    def forget(self) -> None:
+        """Drop everything cached about this store (it lost data we remembered it holding)."""
+        if self.dir.is_dir():
+            for path in self.dir.glob("*.mdb"):
+                _remove(path)
+
     def size(self) -> int:
         return sum(p.stat().st_size for p in self.dir.glob("*.mdb")) if self.dir.is_dir() else 0
 

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..client.backend import XetBackend
+from ..client.errors import MissingXorbsError, TransferError
 from ..client.shard_cache import ChunkIndex, ShardCache
 from ..core.hashes import hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
@@ -52,6 +53,7 @@ class UploadStats:
     xorb_bytes_sent: int = 0
     shards_uploaded: int = 0
     global_queries: int = 0
+    store_resets: int = 0  # shards refused for missing xorbs, then re-uploaded without the cache
 
 
 class _XorbBuffers:
@@ -145,6 +147,8 @@ class _FileState:
 class _PendingFile:
     digest: FileDigest
     terms: list[_Term]
+    # Where the bytes can be read again until the shard lands: a path, or the caller's buffer.
+    source: str | os.PathLike[str] | memoryview
 
 
 @dataclass
@@ -189,10 +193,17 @@ class Uploader:
     # ------------------------------------------------------------------ files
 
     def add_file(self, path: str | os.PathLike[str]) -> UploadedFile:
+        self._check_usable()
         with MappedFile(path) as mapped:
-            return self.add_bytes(mapped.view, consumed=mapped.release_before)
+            return self._add(mapped.view, mapped.release_before, path)
 
     def add_bytes(self, data: bytes | memoryview, consumed: Callable[[int], None] | None = None) -> UploadedFile:
+        """Upload one file held in memory (see `_add`); the buffer is referenced until finalize."""
+        self._check_usable()
+        view = memoryview(data)
+        return self._add(view, consumed, view)
+
+    def _add(self, view: memoryview, consumed: Callable[[int], None] | None, source: str | os.PathLike[str] | memoryview) -> UploadedFile:
         """Chunk, hash, dedup and pack one file in a single streaming pass.
 
         Chunks are placed (deduplicated or packed into the open xorb) PLACEMENT_LAG chunks
@@ -201,8 +212,6 @@ class Uploader:
         while the rest of the file is still being read. `consumed(offset)` is told how far
         every reader got, so a mapped file can drop the pages behind them.
         """
-        self._check_usable()
-        view = memoryview(data)
         sha256 = hashlib.sha256()
         state = _FileState()
         for end, digest in iter_chunk_hashes(view, sha256=sha256):
@@ -219,7 +228,7 @@ class Uploader:
         sha_digest = sha256.digest()
         sizes = [b - a for a, b in zip(state.offsets, state.offsets[1:])]
         digest = FileDigest.of_chunks(state.hashes, sizes, sha_digest)
-        self._pending.append(_PendingFile(digest, state.terms))
+        self._pending.append(_PendingFile(digest, state.terms, source))
         return UploadedFile(hash_to_hex(digest.file_hash), digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
 
     def _place_next(self, state: _FileState, view: memoryview) -> None:
@@ -341,14 +350,63 @@ class Uploader:
             raise
 
     def _finalize(self) -> None:
+        closed, pending = self._drain()
+        if not pending:
+            return
+        try:
+            self._commit(closed, pending)
+        except MissingXorbsError as exc:
+            self._redo_without_cache(pending, exc)
+
+    def _drain(self) -> tuple[list[_XorbSlot], list[_PendingFile]]:
+        """Close the open xorb, wait for every xorb upload; the closed xorbs and pending files."""
         self._close_slot()
         uploads, self._uploads = self._uploads, []
         for future in uploads:
             future.result()
         closed, self._closed = self._closed, []
         pending, self._pending = self._pending, []
-        if not pending:
-            return
+        return closed, pending
+
+    def _redo_without_cache(self, pending: list[_PendingFile], refusal: MissingXorbsError) -> None:
+        """The store lacks xorbs we deduplicated against: it was reset or restored from an older
+        backup since this machine cached them. Forget everything cached about it and upload the
+        pending files again (chunks it still holds are found by global dedup or answered
+        "already stored"), so this push succeeds instead of failing until the cache is pruned."""
+        log.warning(
+            "the store refused the shard because it lacks xorbs this machine's shard cache says it holds (%s); "
+            "it was probably reset or restored from an older backup: forgetting the cache for it and re-uploading %d file(s)",
+            refusal,
+            len(pending),
+        )
+        self.stats.store_resets += 1
+        if self.cache:
+            self.cache.forget()
+        self._index = ChunkIndex()
+        self._session = {}
+        for file in pending:
+            self._add_again(file)
+        closed, again = self._drain()
+        try:
+            self._commit(closed, again)
+        except MissingXorbsError as exc:
+            raise MissingXorbsError(
+                f"{exc} (even after re-uploading every file without the shard cache: the store itself is inconsistent; check its data directory)",
+                status=exc.status,
+            ) from None
+        log.warning("re-uploaded %d file(s) to the reset store", len(again))
+
+    def _add_again(self, file: _PendingFile) -> None:
+        if isinstance(file.source, memoryview):
+            again = self._add(file.source, None, file.source)
+        else:
+            with MappedFile(file.source) as mapped:
+                again = self._add(mapped.view, mapped.release_before, file.source)
+        if again.file_hash != hash_to_hex(file.digest.file_hash):
+            raise TransferError(f"{file.source} changed while it was being uploaded; push again")
+
+    def _commit(self, closed: list[_XorbSlot], pending: list[_PendingFile]) -> None:
+        """Upload one shard describing the pending files and the closed xorbs; record it."""
         files = tuple(_file_info(p) for p in pending)
         shard = Shard(files, tuple(slot.cas for slot in closed))
         self.backend.upload_shard(serialize_shard(shard, with_footer=False))

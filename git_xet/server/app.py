@@ -69,8 +69,9 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
+def _error(status: int, message: str, code: str | None = None) -> JSONResponse:
+    body = {"error": message} if code is None else {"error": message, "code": code}
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
 def _bearer(request: Request) -> str | None:
@@ -202,7 +203,10 @@ class CasApp:
             try:
                 inserted = await run_in_threadpool(self.store.register_shard, body)
             except StoreError as exc:
-                yield json.dumps({"type": "error", "message": exc.message, "retryable": False}).encode() + b"\n"
+                frame = {"type": "error", "message": exc.message, "retryable": False}
+                if exc.code is not None:
+                    frame["code"] = exc.code
+                yield json.dumps(frame).encode() + b"\n"
                 return
             except (OSError, sqlite3.OperationalError) as exc:
                 if not is_disk_full(exc):
@@ -313,7 +317,7 @@ def create_app(config: ServerConfig) -> Starlette:
     hub = HubEmulation(app)
 
     async def on_refused(request: Request, exc: RequestRefused) -> Response:
-        response = _error(exc.status, exc.message)
+        response = _error(exc.status, exc.message, exc.code)
         if exc.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
         return response

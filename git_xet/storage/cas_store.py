@@ -27,7 +27,7 @@ from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileTerm, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, decode_chunk, parse_chunk_records, verify_xorb
-from .errors import RequestRefused
+from .errors import MISSING_XORB, RequestRefused
 from .objects import DirectoryObjectStore, ObjectStore
 
 _SCHEMA = """
@@ -239,7 +239,7 @@ class CasStore:
         name = hashes.hash_to_hex(info.xorb_hash)
         layout = self.xorb_layout(name)
         if layout is None:
-            raise StoreError(400, f"shard describes xorb {name}, which was never uploaded")
+            raise StoreError(400, f"shard describes xorb {name}, which was never uploaded", MISSING_XORB)
         if tuple(c.chunk_hash for c in info.chunks) != layout.chunk_hashes:
             raise StoreError(400, f"shard's chunk list for xorb {name} does not match the stored xorb")
         return layout
@@ -266,7 +266,7 @@ class CasStore:
             if layout is None:
                 layout = self.xorb_layout(hashes.hash_to_hex(term.xorb_hash))
                 if layout is None:
-                    raise StoreError(400, f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}")
+                    raise StoreError(400, f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}", MISSING_XORB)
                 layouts[term.xorb_hash] = layout
             if term.chunk_end > len(layout.chunk_hashes):
                 raise StoreError(400, f"file {name} references chunks beyond the end of xorb {layout.hash}")
