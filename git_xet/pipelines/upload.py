@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from ..client.backend import XetBackend
 from ..client.errors import MissingXorbsError, TransferError
-from ..client.shard_cache import ChunkIndex, ShardCache
+from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
+from ..client.shard_cache import ShardCache
 from ..core.hashes import hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES, VerifiedXorb, XorbBuilder
@@ -141,6 +142,12 @@ class _FileState:
     new_bytes: int = 0
     deduped_bytes: int = 0
     last_global_query: int = -GLOBAL_DEDUP_SPACING
+    # Cached xorbs found by probing key chunks as they are hashed, ahead of placement:
+    # (file chunk j, xorb, index of chunk j in it). A run through chunk j may start before it.
+    anchors: deque[tuple[int, CachedXorb, int]] = field(default_factory=deque)
+    # The xorb of the last cached run, and how its chunk numbers relate to the file's (index
+    # in xorb = file chunk + offset): after a small edit the run usually resumes there.
+    hint: tuple[CachedXorb, int] | None = None
 
 
 @dataclass
@@ -165,7 +172,8 @@ class Uploader:
     stats: UploadStats = field(default_factory=UploadStats)
 
     def __post_init__(self) -> None:
-        self._index = self.cache.load() if self.cache else ChunkIndex()
+        # Opened, not loaded: constant cost whatever the history (a private one without cache).
+        self._index = self.cache.open() if self.cache else ChunkIndex.temporary()
         self._session: dict[bytes, tuple[_XorbSlot, int]] = {}
         self._buffers = _XorbBuffers(self.xorb_buffers)
         self._slot: _XorbSlot | None = None  # opened on the first new chunk
@@ -183,6 +191,10 @@ class Uploader:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._buffers = _XorbBuffers(self.xorb_buffers)  # drop the 64 MiB maps
+        if self.cache:
+            self.cache.close()
+        else:
+            self._index.close()
 
     def __enter__(self) -> Uploader:
         return self
@@ -217,7 +229,8 @@ class Uploader:
         for end, digest in iter_chunk_hashes(view, sha256=sha256):
             state.hashes.append(digest)
             state.offsets.append(end)
-            if self.global_dedup:
+            known = self._probe(state)
+            if self.global_dedup and not known:
                 self._maybe_query_global(state)
             while len(state.hashes) - state.placed > PLACEMENT_LAG:
                 self._place_next(state, view)
@@ -233,8 +246,8 @@ class Uploader:
 
     def _place_next(self, state: _FileState, view: memoryview) -> None:
         """Place the next chunk(s): a run already stored becomes one term, else one new chunk."""
-        i, hashes, offsets = state.placed, state.hashes, state.offsets
-        run = self._match(hashes, i)
+        i, offsets = state.placed, state.offsets
+        run = self._match(state, i)
         if run is not None and state.guard.accepts(run[2]):
             target, start, count = run
             length = offsets[i + count] - offsets[i]
@@ -243,7 +256,7 @@ class Uploader:
             state.placed += count
             return
         chunk = view[offsets[i] : offsets[i + 1]]
-        slot, index = self._store_chunk(chunk, hashes[i])
+        slot, index = self._store_chunk(chunk, state.hashes[i])
         self._append(state.terms, _Term(slot, index, index + 1, len(chunk), i, i + 1), state.guard)
         state.new_bytes += len(chunk)
         state.placed += 1
@@ -259,8 +272,9 @@ class Uploader:
             guard.record(last.chunk_end - last.chunk_start)
         terms.append(term)
 
-    def _match(self, hashes: list[bytes], i: int) -> tuple[bytes | _XorbSlot, int, int] | None:
+    def _match(self, state: _FileState, i: int) -> tuple[bytes | _XorbSlot, int, int] | None:
         """A run of already-stored chunks starting at i: in this session first, then the index."""
+        hashes = state.hashes
         session = self._session.get(hashes[i])
         if session is not None:
             slot, index = session
@@ -268,7 +282,41 @@ class Uploader:
             while i + n < len(hashes) and self._session.get(hashes[i + n]) == (slot, index + n):
                 n += 1
             return slot, index, n
-        return self._index.match_run(hashes, i)
+        return self._cached_run(state, i)
+
+    def _probe(self, state: _FileState) -> bool:
+        """Look the newest chunk up in the index when it is a key chunk (or the file's first);
+        a hit becomes an anchor for placement. True if the chunk is known."""
+        j = len(state.hashes) - 1
+        digest = state.hashes[j]
+        if digest in self._session:
+            return True
+        # Keyed answers index every chunk of their xorbs, so probing plain key chunks finds them too.
+        if j and not is_key_chunk(digest):
+            return False
+        found = self._index.probe(digest)
+        if found is None:
+            return False
+        state.anchors.append((j, *found))
+        return True
+
+    def _cached_run(self, state: _FileState, i: int) -> tuple[bytes, int, int] | None:
+        """The longest run of chunks from i stored consecutively in one cached xorb, found from
+        the last run's xorb or from an anchor at or after i (extended back to i)."""
+        hashes, anchors = state.hashes, state.anchors
+        while anchors and anchors[0][0] < i:
+            anchors.popleft()
+        candidates = [state.hint] if state.hint is not None else []
+        candidates += [(xorb, index - j) for j, xorb, index in anchors]
+        for xorb, offset in candidates:
+            start = i + offset
+            if xorb.has(start, hashes[i]):
+                state.hint = (xorb, offset)
+                n = 1
+                while i + n < len(hashes) and xorb.has(start + n, hashes[i + n]):
+                    n += 1
+                return xorb.xorb_hash, start, n
+        return None
 
     def _maybe_query_global(self, state: _FileState) -> None:
         """Ask the server about the newest chunk when it is a spaced, eligible, unknown one."""
@@ -276,15 +324,14 @@ class Uploader:
         chunk = state.hashes[i]
         if i - state.last_global_query < GLOBAL_DEDUP_SPACING or not (i == 0 or is_global_dedup_eligible(chunk)):
             return
-        if chunk in self._session or self._index.locate(chunk) is not None:
-            return
         state.last_global_query = i
         self.stats.global_queries += 1
         answer = self.backend.query_dedup(chunk)
         if answer is not None and answer.cas:
             self._index.add(answer)
-            if self.cache:
-                self.cache.add(answer)
+            found = self._index.probe(chunk)
+            if found is not None:
+                state.anchors.append((i, *found))
 
     # ------------------------------------------------------------------ xorbs
 
@@ -329,10 +376,9 @@ class Uploader:
             self.stats.xorbs_uploaded += 1
             if inserted:
                 self.stats.xorb_bytes_sent += body_size
-        if self.cache:
-            # Resume point: later sessions (and other processes) dedup against this xorb even
-            # if this process dies before its shard is uploaded.
-            self.cache.add(Shard(cas=(cas,)))
+        # Resume point: later sessions (and other processes) dedup against this xorb even if
+        # this process dies before its shard is uploaded.
+        self._index.add(Shard(cas=(cas,)))
 
     # ------------------------------------------------------------------ finalize
 
@@ -380,9 +426,7 @@ class Uploader:
             len(pending),
         )
         self.stats.store_resets += 1
-        if self.cache:
-            self.cache.forget()
-        self._index = ChunkIndex()
+        self._index.forget()
         self._session = {}
         for file in pending:
             self._add_again(file)
@@ -411,11 +455,9 @@ class Uploader:
         shard = Shard(files, tuple(slot.cas for slot in closed))
         self.backend.upload_shard(serialize_shard(shard, with_footer=False))
         self.stats.shards_uploaded += 1
-        # Chunks of this session's closed xorbs now live in the index (and the cache).
+        # Chunks of this session's closed xorbs now live in the index (the cache, if any).
         self._index.add(shard)
         self._session = {}
-        if self.cache:
-            self.cache.add(shard)
 
 
 def _cas_info(built: VerifiedXorb) -> CasInfo:
