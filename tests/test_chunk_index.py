@@ -319,3 +319,29 @@ def test_a_file_from_the_oldest_and_newest_cached_xorbs_dedups_fully(history, pi
     out = io.BytesIO()
     download(backend, result.file_hash, out)
     assert out.getvalue() == data
+
+
+def test_a_damaged_cache_file_is_replaced_and_an_unwritable_one_is_skipped(tmp_path: Path, caplog) -> None:
+    cache = ShardCache(tmp_path, "endpoint")
+    cache.dir.mkdir(parents=True)
+    (cache.dir / INDEX_FILE).write_bytes(b"this is not an SQLite database, just garbage" * 200)
+    info = _xorb(random.Random(8))
+    cache.add(Shard(cas=(info,)))  # opens afresh, with a warning
+    _assert_indexed(cache.open(), info)
+    assert "is unreadable" in caplog.text
+    cache.close()
+
+    # Another connection holds the write lock past the timeout: add() warns and returns.
+    import sqlite3
+
+    index = ChunkIndex(cache.dir / INDEX_FILE, max_bytes=BIG)
+    index._connection().execute("PRAGMA busy_timeout = 100")
+    holder = sqlite3.connect(cache.dir / INDEX_FILE, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        index.add(Shard(cas=(_xorb(random.Random(9)),)))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "could not record a shard" in caplog.text
+    assert index.usage()[0] == 1

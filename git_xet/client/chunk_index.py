@@ -118,7 +118,10 @@ class ChunkIndex:
         self._keys_read = float("-inf")
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._connection().executescript(_SCHEMA)  # idempotent; commits itself
+        conn = self._connection()
+        # Opening an existing index only reads: it never waits for a writer.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
+            conn.executescript(_SCHEMA)  # idempotent; commits itself
 
     @classmethod
     def temporary(cls) -> ChunkIndex:
@@ -167,10 +170,20 @@ class ChunkIndex:
     # ------------------------------------------------------------------ writing
 
     def add(self, shard: Shard, now: float | None = None) -> None:
-        """Record a shard's xorbs (and its files' first chunks); expired answers are ignored."""
+        """Record a shard's xorbs (and its files' first chunks); expired answers are ignored.
+
+        The cache only saves uploads work: when it cannot be written (disk full, I/O error, a
+        writer holding it for over a minute) the upload goes on without recording this shard.
+        """
         now = time.time() if now is None else now
         if shard.is_expired(now):
             return
+        try:
+            self._add(shard, now)
+        except sqlite3.OperationalError as exc:
+            log.warning("could not record a shard in the shard cache %s (%s); continuing without it", self.path, exc)
+
+    def _add(self, shard: Shard, now: float) -> None:
         key = shard.chunk_hash_key
         expiry = None if shard.footer is None or shard.footer.key_expiry >= NO_EXPIRY else min(shard.footer.key_expiry, 2**62)
         added = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sqlite3
 from pathlib import Path
 
 from ..core.errors import FormatError
@@ -56,7 +57,15 @@ class ShardCache:
 
     def open(self) -> ChunkIndex:
         if self._index is None:
-            self._index = ChunkIndex(self.dir / INDEX_FILE, max_bytes=self.max_bytes)
+            path = self.dir / INDEX_FILE
+            try:
+                self._index = ChunkIndex(path, max_bytes=self.max_bytes)
+            except sqlite3.DatabaseError as exc:
+                # Not a crash left-over (SQLite recovers those) but a damaged file: start afresh.
+                log.warning("the shard cache %s is unreadable (%s); starting an empty one", path, exc)
+                for damaged in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+                    damaged.unlink(missing_ok=True)
+                self._index = ChunkIndex(path, max_bytes=self.max_bytes)
             self._import_legacy_shards(self._index)
         return self._index
 

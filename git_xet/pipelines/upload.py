@@ -22,8 +22,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..client.backend import XetBackend
-from ..client.errors import MissingXorbsError, TransferError
 from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
+from ..client.errors import MissingXorbsError, TransferError
 from ..client.shard_cache import ShardCache
 from ..core.hashes import hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
