@@ -163,7 +163,8 @@ class ChunkIndex:
         try:
             yield conn
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite may have rolled back itself (e.g. disk full)
+                conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
 
@@ -179,11 +180,11 @@ class ChunkIndex:
         if shard.is_expired(now):
             return
         try:
-            self._add(shard, now)
+            self._add(shard)
         except sqlite3.OperationalError as exc:
             log.warning("could not record a shard in the shard cache %s (%s); continuing without it", self.path, exc)
 
-    def _add(self, shard: Shard, now: float) -> None:
+    def _add(self, shard: Shard) -> None:
         key = shard.chunk_hash_key
         expiry = None if shard.footer is None or shard.footer.key_expiry >= NO_EXPIRY else min(shard.footer.key_expiry, 2**62)
         added = 0
@@ -286,19 +287,28 @@ class ChunkIndex:
     def probe(self, chunk: bytes) -> tuple[CachedXorb, int] | None:
         """A cached xorb holding this chunk, and its index there, if the chunk is indexed
         (a key chunk, or any chunk of a keyed answer)."""
+        return self.probe_many([chunk])[0]
+
+    def probe_many(self, chunks: list[bytes]) -> list[tuple[CachedXorb, int] | None]:
+        """probe() of each chunk, in one query."""
+        keys = self._active_keys()
+        wanted: dict[int, list[tuple[int, bytes, bytes | None]]] = {}  # entry key -> (position, digest, hmac key)
+        for n, chunk in enumerate(chunks):
+            for digest, key in [(chunk, None)] + [(hmac_chunk_hash(chunk, k), k) for k in keys]:
+                wanted.setdefault(_prefix(digest), []).append((n, digest, key))
+        found: list[tuple[CachedXorb, int] | None] = [None] * len(chunks)
+        prefixes = list(wanted)
         conn = self._connection()
-        candidates = [(chunk, None)]
-        for key in self._active_keys():
-            candidates.append((hmac_chunk_hash(chunk, key), key))
-        for digest, key in candidates:
-            row = conn.execute("SELECT loc FROM entries WHERE k = ?", (_prefix(digest),)).fetchone()
-            if row is None:
-                continue
-            xorb = self._xorb(row[0] >> _INDEX_BITS)
-            index = row[0] & ((1 << _INDEX_BITS) - 1)
-            if xorb is not None and xorb.key == key and xorb.hashes.startswith(digest, 32 * index):
-                return xorb, index
-        return None
+        for start in range(0, len(prefixes), 500):  # SQLite's bound-parameter limit is far above
+            part = prefixes[start : start + 500]
+            rows = conn.execute(f"SELECT k, loc FROM entries WHERE k IN ({','.join('?' * len(part))})", part).fetchall()
+            for prefix, loc in rows:
+                xorb = self._xorb(loc >> _INDEX_BITS)
+                index = loc & ((1 << _INDEX_BITS) - 1)
+                for n, digest, key in wanted[prefix]:
+                    if found[n] is None and xorb is not None and xorb.key == key and xorb.hashes.startswith(digest, 32 * index):
+                        found[n] = (xorb, index)
+        return found
 
     def _xorb(self, xid: int) -> CachedXorb | None:
         with self._lock:

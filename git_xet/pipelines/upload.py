@@ -33,7 +33,10 @@ from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 log = logging.getLogger("git_xet.upload")
 
 GLOBAL_DEDUP_SPACING = 256  # chunks between two global dedup queries of one file
-PLACEMENT_LAG = 64  # chunks (~4 MiB) hashed ahead of the chunk being placed
+PLACEMENT_LAG = 128  # chunks (~8 MiB) hashed ahead of the chunk being placed
+# Key chunks are looked up in the cache index in batches (one query each), at the latest this
+# many chunks after being hashed: a hit still reaches PLACEMENT_LAG - PROBE_SPAN chunks back.
+PROBE_SPAN = 64
 FRAGMENTATION_WINDOW = 128
 FRAGMENTATION_ENTER = 4.0  # average chunks per term below which short matches are refused
 FRAGMENTATION_LEAVE = 8.0
@@ -142,8 +145,9 @@ class _FileState:
     new_bytes: int = 0
     deduped_bytes: int = 0
     last_global_query: int = -GLOBAL_DEDUP_SPACING
-    # Cached xorbs found by probing key chunks as they are hashed, ahead of placement:
-    # (file chunk j, xorb, index of chunk j in it). A run through chunk j may start before it.
+    unprobed: list[int] = field(default_factory=list)  # key chunks not looked up yet
+    # Cached xorbs found by probing key chunks ahead of placement: (file chunk j, xorb, index
+    # of chunk j in it). A run through chunk j may start before it.
     anchors: deque[tuple[int, CachedXorb, int]] = field(default_factory=deque)
     # The xorb of the last cached run, and how its chunk numbers relate to the file's (index
     # in xorb = file chunk + offset): after a small edit the run usually resumes there.
@@ -229,13 +233,14 @@ class Uploader:
         for end, digest in iter_chunk_hashes(view, sha256=sha256):
             state.hashes.append(digest)
             state.offsets.append(end)
-            known = self._probe(state)
-            if self.global_dedup and not known:
+            self._note_key_chunk(state)
+            if self.global_dedup:
                 self._maybe_query_global(state)
             while len(state.hashes) - state.placed > PLACEMENT_LAG:
                 self._place_next(state, view)
             if consumed is not None:
                 consumed(state.offsets[state.placed])
+        self._probe(state)
         while state.placed < len(state.hashes):
             self._place_next(state, view)
         sha_digest = sha256.digest()
@@ -284,21 +289,29 @@ class Uploader:
             return slot, index, n
         return self._cached_run(state, i)
 
-    def _probe(self, state: _FileState) -> bool:
-        """Look the newest chunk up in the index when it is a key chunk (or the file's first);
-        a hit becomes an anchor for placement. True if the chunk is known."""
+    def _note_key_chunk(self, state: _FileState) -> None:
+        """Queue the newest chunk for an index lookup if it is a key chunk (or the file's first);
+        look the queue up once its oldest has waited PROBE_SPAN chunks."""
         j = len(state.hashes) - 1
         digest = state.hashes[j]
-        if digest in self._session:
-            return True
         # Keyed answers index every chunk of their xorbs, so probing plain key chunks finds them too.
-        if j and not is_key_chunk(digest):
-            return False
-        found = self._index.probe(digest)
-        if found is None:
-            return False
-        state.anchors.append((j, *found))
-        return True
+        if (j == 0 or is_key_chunk(digest)) and digest not in self._session:
+            state.unprobed.append(j)
+        if state.unprobed and j - state.unprobed[0] >= PROBE_SPAN:
+            self._probe(state)
+
+    def _probe(self, state: _FileState) -> None:
+        """Look the queued key chunks up in the index (one query); hits become anchors.
+
+        One query per batch rather than per chunk: each query releases the GIL, and with the
+        xorb upload threads busy, getting it back costs far more than the lookup itself."""
+        if not state.unprobed:
+            return
+        found = self._index.probe_many([state.hashes[j] for j in state.unprobed])
+        for j, hit in zip(state.unprobed, found):
+            if hit is not None:
+                state.anchors.append((j, *hit))
+        state.unprobed.clear()
 
     def _cached_run(self, state: _FileState, i: int) -> tuple[bytes, int, int] | None:
         """The longest run of chunks from i stored consecutively in one cached xorb, found from
@@ -323,6 +336,11 @@ class Uploader:
         i = len(state.hashes) - 1
         chunk = state.hashes[i]
         if i - state.last_global_query < GLOBAL_DEDUP_SPACING or not (i == 0 or is_global_dedup_eligible(chunk)):
+            return
+        if chunk in self._session:
+            return
+        self._probe(state)  # eligible chunks are key chunks: is this one cached?
+        if state.anchors and state.anchors[-1][0] == i:
             return
         state.last_global_query = i
         self.stats.global_queries += 1
