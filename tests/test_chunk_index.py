@@ -345,3 +345,35 @@ def test_a_damaged_cache_file_is_replaced_and_an_unwritable_one_is_skipped(tmp_p
         holder.close()
     assert "could not record a shard" in caplog.text
     assert index.usage()[0] == 1
+
+
+def test_a_second_version_stores_exactly_the_chunks_the_first_lacks(tmp_path: Path) -> None:
+    """Insertions right after the first chunk of each of v1's later xorbs (one-chunk runs at a
+    xorb start, usually no key chunk) and near the start: v2 stores exactly its chunks not in v1."""
+    backend = LocalStoreBackend(tmp_path / "store")
+    v1 = random_bytes(140_000_000, 81)
+    with Uploader(backend, ShardCache(tmp_path / "cache", backend.cache_key), global_dedup=False) as up:
+        up.add_bytes(v1)
+        up.finalize()
+    cache = ShardCache(tmp_path / "cache", backend.cache_key)
+    lists = [row[0] for row in cache.open()._connection().execute("SELECT chunks FROM xorbs ORDER BY id")]
+    cache.close()
+    assert len(lists) == 3
+    spans = _chunk_spans(v1)
+    v2 = bytearray(v1)
+    v2[1_000_000:1_000_000] = b"an insertion shifts everything after it"
+    first = 0
+    for chunks in lists[:-1]:
+        first += len(chunks) // 32  # v1's chunk number of the next xorb's first chunk
+        start = spans[first][1] + len(v2) - len(v1)  # keep that chunk, insert new data after it
+        v2[start:start] = random_bytes(300_000, first)
+    old = set(hash_bytes(v1).chunk_hashes)
+    digest = hash_bytes(bytes(v2))
+    expected = sum(size for h, size in zip(digest.chunk_hashes, digest.chunk_sizes) if h not in old)
+    with Uploader(backend, ShardCache(tmp_path / "cache", backend.cache_key), global_dedup=False) as up:
+        result = up.add_bytes(bytes(v2))
+        up.finalize()
+    assert result.new_bytes == expected
+    out = io.BytesIO()
+    download(backend, result.file_hash, out)
+    assert out.getvalue() == v2

@@ -321,6 +321,12 @@ class Uploader:
             anchors.popleft()
         candidates = [state.hint] if state.hint is not None else []
         candidates += [(xorb, index - j) for j, xorb, index in anchors]
+        if state.hint is not None and i + state.hint[1] == len(state.hint[0]):
+            # The last run ended with its xorb: the next xorb of the same upload likely starts
+            # here, and every xorb's first chunk is indexed (key chunk or not).
+            hit = self._index.probe(hashes[i])
+            if hit is not None:
+                candidates.append((hit[0], hit[1] - i))
         for xorb, offset in candidates:
             start = i + offset
             if xorb.has(start, hashes[i]):
