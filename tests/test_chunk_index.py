@@ -153,6 +153,7 @@ def test_cache_commands_prune_and_legacy_shard_files(tmp_path: Path, monkeypatch
     cache = ShardCache(tmp_path, "endpoint")
     legacy = [_xorb(rng, 50) for _ in range(3)]  # an earlier version's one-file-per-shard cache
     cache.dir.mkdir(parents=True)
+    (cache.dir / "store").write_text("endpoint\n")  # the label the agent writes, for show/prune
     for n, info in enumerate(legacy):
         (cache.dir / f"{n:064x}.mdb").write_bytes(serialize_shard(Shard(cas=(info,)), with_footer=True))
     (cache.dir / f"{9:064x}.mdb").write_bytes(b"not a shard")
@@ -163,10 +164,10 @@ def test_cache_commands_prune_and_legacy_shard_files(tmp_path: Path, monkeypatch
         cache.add(Shard(cas=(_xorb(rng, 50),)))
     cache.close()
     shown = commands.show()
-    assert f"{cache.dir.name}: 23 xorbs cached" in shown[1]
+    assert "  endpoint: 23 xorbs cached" in shown[1] and cache.dir.name in shown[1]
     size = ShardCache(tmp_path, "endpoint").size()
     (line,) = commands.prune(size // 2, everything=False)
-    assert line.startswith(cache.dir.name)
+    assert line.startswith("endpoint: ")
     assert 0 < ShardCache(tmp_path, "endpoint").size() <= size // 2
 
 

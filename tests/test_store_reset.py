@@ -58,7 +58,8 @@ class _Store:
 def _upload(backend: XetBackend, cache_root: Path, *files: bytes) -> tuple[Uploader, list[str]]:
     with Uploader(backend, ShardCache(cache_root, backend.cache_key)) as up:
         hashes = [up.add_bytes(data).file_hash for data in files]
-        up.finalize()
+        up.last_results = up.finalize()
+    assert [r.file_hash for r in up.last_results] == hashes
     return up, hashes
 
 
@@ -81,6 +82,7 @@ def test_push_after_the_store_was_wiped_reuploads_what_it_lost(kind: str, tmp_pa
     with store.up() as backend, caplog.at_level(logging.WARNING, logger="git_xet.upload"):
         up, (b_hash,) = _upload(backend, cache, b)
         assert up.stats.store_resets == 1
+        assert up.last_results[0].new_bytes == len(b)  # what finalize reports: all sent again
         assert up.stats.shards_uploaded == 1  # the refused shard is not counted
         # Everything went again: a's chunks as well as b's own.
         assert up.stats.xorb_bytes_sent >= len(b)

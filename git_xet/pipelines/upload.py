@@ -160,6 +160,7 @@ class _PendingFile:
     terms: list[_Term]
     # Where the bytes can be read again until the shard lands: a path, or the caller's buffer.
     source: str | os.PathLike[str] | memoryview
+    result: UploadedFile
 
 
 @dataclass
@@ -246,8 +247,9 @@ class Uploader:
         sha_digest = sha256.digest()
         sizes = [b - a for a, b in zip(state.offsets, state.offsets[1:])]
         digest = FileDigest.of_chunks(state.hashes, sizes, sha_digest)
-        self._pending.append(_PendingFile(digest, state.terms, source))
-        return UploadedFile(hash_to_hex(digest.file_hash), digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
+        result = UploadedFile(hash_to_hex(digest.file_hash), digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
+        self._pending.append(_PendingFile(digest, state.terms, source, result))
+        return result
 
     def _place_next(self, state: _FileState, view: memoryview) -> None:
         """Place the next chunk(s): a run already stored becomes one term, else one new chunk."""
@@ -406,27 +408,29 @@ class Uploader:
 
     # ------------------------------------------------------------------ finalize
 
-    def finalize(self) -> None:
+    def finalize(self) -> list[UploadedFile]:
         """Make every file added so far durable on the store: xorbs first, then one shard.
+        Returns those files, as finally uploaded (after a store reset, everything went again).
 
         After a failure the Uploader is unusable (its state no longer matches the store); what
         did get stored is in the shard cache, so a new Uploader resumes without resending it.
         """
         self._check_usable()
         try:
-            self._finalize()
+            return self._finalize()
         except BaseException as exc:
             self._failed = exc
             raise
 
-    def _finalize(self) -> None:
+    def _finalize(self) -> list[UploadedFile]:
         closed, pending = self._drain()
         if not pending:
-            return
+            return []
         try:
             self._commit(closed, pending)
         except MissingXorbsError as exc:
-            self._redo_without_cache(pending, exc)
+            pending = self._redo_without_cache(pending, exc)
+        return [file.result for file in pending]
 
     def _drain(self) -> tuple[list[_XorbSlot], list[_PendingFile]]:
         """Close the open xorb, wait for every xorb upload; the closed xorbs and pending files."""
@@ -438,7 +442,7 @@ class Uploader:
         pending, self._pending = self._pending, []
         return closed, pending
 
-    def _redo_without_cache(self, pending: list[_PendingFile], refusal: MissingXorbsError) -> None:
+    def _redo_without_cache(self, pending: list[_PendingFile], refusal: MissingXorbsError) -> list[_PendingFile]:
         """The store lacks xorbs we deduplicated against: it was reset or restored from an older
         backup since this machine cached them. Forget everything cached about it and upload the
         pending files again (chunks it still holds are found by global dedup or answered
@@ -463,6 +467,7 @@ class Uploader:
                 status=exc.status,
             ) from None
         log.warning("re-uploaded %d file(s) to the reset store", len(again))
+        return again
 
     def _add_again(self, file: _PendingFile) -> None:
         if isinstance(file.source, memoryview):
