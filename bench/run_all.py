@@ -2,7 +2,8 @@
 
     python bench/run_all.py [--quick] [--out bench/results]
 
-Runs chunk_hash.py, transfer.py, git_e2e.py, dedup.py and a peak-RSS git push/clone, each in
+Runs chunk_hash.py, transfer.py, git_e2e.py, dedup.py, a peak-RSS git push/clone and
+cache_scale.py (agent start-up against 1 TiB of cached history), each in
 its own process, writing <out>/<name>.json; then prints the summary and writes
 <out>/summary.md and <out>/summary.json. The full run takes about ten minutes on 2 cores;
 --quick uses small sizes (a smoke test of the harness, not figures to quote).
@@ -29,6 +30,7 @@ FULL = {
     "git_e2e": ["--files", "3", "--file-mib", "256", "--repeats", "3"],
     "dedup": ["--size-mib", "1024"],
     "rss": ["--files", "1", "--file-mib", "4096", "--repeats", "1", "--tools", "git-xet", "--agent-rss"],
+    "cache_scale": ["--sizes-gib", "4,32,128,1024", "--agents", "8", "--upload-mib", "256"],
 }
 QUICK = {
     "chunk_hash": ["--size-mib", "128", "--repeats", "2"],
@@ -36,14 +38,26 @@ QUICK = {
     "git_e2e": ["--files", "2", "--file-mib", "32", "--repeats", "2"],
     "dedup": ["--size-mib", "128"],
     "rss": ["--files", "1", "--file-mib", "512", "--repeats", "1", "--tools", "git-xet", "--agent-rss"],
+    "cache_scale": ["--sizes-gib", "1,4", "--agents", "8", "--upload-mib", "64"],
 }
-SCRIPT = {"chunk_hash": "chunk_hash.py", "transfer": "transfer.py", "git_e2e": "git_e2e.py", "dedup": "dedup.py", "rss": "git_e2e.py"}
+SCRIPT = {
+    "chunk_hash": "chunk_hash.py",
+    "transfer": "transfer.py",
+    "git_e2e": "git_e2e.py",
+    "dedup": "dedup.py",
+    "rss": "git_e2e.py",
+    "cache_scale": "cache_scale.py",
+}
 
 
 def _row(name: str, ours: str, peer: str, ratio: float | None, target: str, met: bool | None) -> str:
     shown = f"{ratio:.2f}" if ratio is not None else ""
     verdict = "" if met is None else ("yes" if met else "**no**")
     return f"| {name} | {ours} | {peer} | {shown} | {target} | {verdict} |"
+
+
+def _history(gib: int) -> str:
+    return f"{gib} GiB" if gib < 1024 else f"{gib / 1024:g} TiB"
 
 
 def summarize(results: dict[str, dict]) -> str:
@@ -76,6 +90,15 @@ def summarize(results: dict[str, dict]) -> str:
     for phase in ("push", "clone"):
         rss = r["tools"]["git-xet"][phase]["agent_peak_rss_mib"]
         rows.append(_row(f"peak RSS, git {phase} of one {label} file (MiB)", f"{rss:.0f}", "", None, "<= 286 (300 MB)", rss * MIB <= 300e6))
+    cs = results["cache_scale"]
+    first, last = cs["rows"][0], cs["rows"][-1]
+    agents = f"{last['agents']} agents at once"
+    opened = f"{last['agents_max_open_seconds']:.3f}"
+    rows.append(_row(f"shard cache, {_history(last['history_gib'])} of history: agent open to first lookup (s), {agents}", opened, f"at {_history(first['history_gib'])}: {first['agents_max_open_seconds']:.3f}", None, "< 0.3", last["agents_max_open_seconds"] < 0.3))
+    rss = f"{last['agents_max_rss_mib']:.0f}"
+    rows.append(_row(f"shard cache, {_history(last['history_gib'])} of history: agent peak RSS after open (MiB), {agents}", rss, f"at {_history(first['history_gib'])}: {first['agents_max_rss_mib']:.0f}", None, "< 150", last["agents_max_rss_mib"] < 150))
+    up = cs["upload"]
+    rows.append(_row(f"upload {up['mib']} MiB of new data, {_history(up['history_gib'])} cached (s)", f"{up['seconds']:.2f}", f"empty cache {up['seconds_empty_cache']:.2f}", up["seconds"] / up["seconds_empty_cache"], "<= 1.1", up["seconds"] <= 1.1 * up["seconds_empty_cache"]))
     return "\n".join(rows)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +18,6 @@ from git_xet.client.shard_cache import ShardCache
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
 from git_xet.core.constants import MAX_XORB_BYTES
-from git_xet.core.shard import Shard, ShardFooter
 from git_xet.pipelines.download import IntegrityError, download, download_to_path
 from git_xet.pipelines.upload import Uploader
 from tests import hf_xet_oracle
@@ -197,41 +194,6 @@ def test_corrupt_server_data_is_rejected(tmp_path: Path) -> None:
         download_to_path(backend, r.file_hash, tmp_path / "out.bin")
     assert not (tmp_path / "out.bin").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
-
-
-def test_shard_cache_expiry_size_cap_and_concurrent_writers(tmp_path: Path) -> None:
-    cache = ShardCache(tmp_path, "endpoint")
-    from git_xet.core.shard import CasInfo
-
-    def shard(i: int, expiry: int | None = None) -> Shard:
-        info = CasInfo.from_chunks(bytes([i]) * 32, [bytes([i, 1]) * 16], [100])
-        return Shard(cas=(info,), footer=ShardFooter(creation_timestamp=1, key_expiry=expiry) if expiry else None)
-
-    cache.add(shard(1))
-    expired = cache.add(shard(2, expiry=int(time.time()) - 10))
-    index = cache.load()
-    assert index.locate(bytes([1, 1]) * 16) == (bytes([1]) * 32, 0)
-    assert index.locate(bytes([2, 1]) * 16) is None and not expired.exists()
-
-    # Several processes writing to one cache at once: every shard lands whole.
-    script = (
-        "import sys; from pathlib import Path; from git_xet.client.shard_cache import ShardCache;"
-        "from git_xet.core.shard import CasInfo, Shard;"
-        "c = ShardCache(Path(sys.argv[1]), 'endpoint'); base = int(sys.argv[2]);"
-        "[c.add(Shard(cas=(CasInfo.from_chunks(i.to_bytes(32, 'little'), [i.to_bytes(32, 'big')], [10]),))) for i in range(base, base + 200)];"
-        "c.load()"
-    )
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(1000 * k)]) for k in range(1, 5)]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
-    index = cache.load()
-    for k in range(1, 5):
-        for i in (1000 * k, 1000 * k + 199):
-            assert index.locate(i.to_bytes(32, "big")) == (i.to_bytes(32, "little"), 0)
-
-    before = cache.size()
-    small = ShardCache(tmp_path, "endpoint", max_bytes=before // 2)
-    small.load()  # prunes the same directory down to the cap, oldest first
-    assert 0 < cache.size() <= before // 2
 
 
 def test_resume_after_interrupted_upload_does_not_resend_xorbs(server: RunningServer, tmp_path: Path) -> None:

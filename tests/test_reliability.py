@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from git_xet.client.shard_cache import ShardCache
 from git_xet.core.hashes import hash_to_hex
 from git_xet.core.xorb import verify_xorb
 from git_xet.pipelines.file_hashing import hash_bytes
@@ -155,10 +156,22 @@ def _held_push(g: GitEnv, work: Path, plan: FaultPlan):
     assert plan.held.wait(timeout=120), "the push never reached its second xorb"
     cache = Path(g.env["GIT_XET_CACHE"])
     deadline = time.monotonic() + 60
-    while not [p for p in cache.rglob("*") if p.is_file()]:
+    while not _cached_xorbs(cache):
         assert time.monotonic() < deadline, "the first xorb was never recorded as stored"
         time.sleep(0.05)
     return push
+
+
+def _cached_xorbs(cache_root: Path) -> int:
+    """Xorbs the shard cache under `cache_root` records as stored, over every store."""
+    total = 0
+    for directory in (cache_root / "shards").glob("*"):
+        cache = ShardCache.at(directory)
+        try:
+            total += cache.usage()[0]
+        finally:
+            cache.close()
+    return total
 
 
 def _file_hex(data: bytes) -> str:

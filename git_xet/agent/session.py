@@ -279,7 +279,9 @@ class AgentSession:
             result = uploader.add_file(req.path)
             if result.sha256 != req.oid:
                 raise TransferError(f"{req.path} does not match its oid (sha256 {result.sha256[:12]}…); the file changed during the push?")
-            uploader.finalize()  # durable (xorbs, then the shard) before we say complete
+            # Durable (xorbs, then the shard) before we say complete; after a store reset the
+            # file went again, so its figures are the final upload's.
+            result = uploader.finalize()[-1]
         except BaseException:
             # Its state may not match the store any more; a fresh one resumes from the cache.
             self._uploaders.pop(key, None)

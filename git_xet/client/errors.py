@@ -22,3 +22,23 @@ class RangeNotSatisfiableError(TransferError):
 
 class UrlExpiredError(TransferError):
     """A signed xorb URL was refused (expired or revoked): query the reconstruction again."""
+
+
+class MissingXorbsError(TransferError):
+    """The store refused a shard because it does not hold xorbs the shard references.
+
+    After an upload that deduplicated against the local shard cache this means the store lost
+    data this machine remembers it holding (reset, or restored from an older backup): the
+    upload pipeline then forgets that store's cache and re-uploads what is missing.
+    """
+
+
+# Messages of stores that refuse missing xorbs without a `code` (git-xet servers before it).
+_MISSING_XORB_MESSAGES = ("which was never uploaded", "references missing xorb")
+
+
+def refuses_missing_xorbs(code: object, message: object) -> bool:
+    """Whether a store's refusal (its `code`, else its message) says xorbs are missing."""
+    if code is not None:
+        return code == "missing_xorb"
+    return isinstance(message, str) and any(m in message for m in _MISSING_XORB_MESSAGES)

@@ -18,7 +18,7 @@ from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard, parse_shard
-from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError
+from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, refuses_missing_xorbs
 from .retry import RETRYABLE_STATUS, RetryPolicy, with_retries
 from .tokens import StaticToken, TokenSource
 
@@ -85,8 +85,11 @@ class _Grant:
 
 class HttpStatusError(TransferError):
     def __init__(self, what: str, resp: httpx.Response) -> None:
+        self.code: str | None = None  # the server's stable reason, when it sends one
         try:
-            detail = resp.json().get("error") or resp.json().get("message") or ""
+            answer = resp.json()
+            detail = answer.get("error") or answer.get("message") or ""
+            self.code = answer.get("code") if isinstance(answer.get("code"), str) else None
         except (ValueError, AttributeError):
             detail = resp.text[:200]
         super().__init__(
@@ -289,15 +292,20 @@ class HttpCasBackend:
 
     def upload_shard(self, body: bytes) -> bool:
         try:
-            resp = self._request("shard upload", "POST", "/v2/shards", body=body)
-        except TransferError as exc:
-            if exc.status not in (404, 501):
-                raise
-            resp = self._request("shard upload (v1)", "POST", "/v1/shards", body=body)
             try:
-                return int(resp.json()["result"]) == 1
-            except (ValueError, KeyError, TypeError):
-                raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
+                resp = self._request("shard upload", "POST", "/v2/shards", body=body)
+            except TransferError as exc:
+                if exc.status not in (404, 501):
+                    raise
+                resp = self._request("shard upload (v1)", "POST", "/v1/shards", body=body)
+                try:
+                    return int(resp.json()["result"]) == 1
+                except (ValueError, KeyError, TypeError):
+                    raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
+        except HttpStatusError as exc:
+            if exc.status == 400 and refuses_missing_xorbs(exc.code, str(exc)):
+                raise MissingXorbsError(str(exc), status=400) from None
+            raise
         return self._read_shard_frames(resp.text)
 
     @staticmethod
@@ -316,7 +324,10 @@ class HttpCasBackend:
                     raise TransferError(f"malformed shard upload result frame: {line[:200]}", retryable=True)
                 return result == 1
             if kind == "error":
-                raise TransferError(f"the server refused the shard: {str(frame.get('message'))[:500]}", retryable=frame.get("retryable") is True)
+                message = f"the server refused the shard: {str(frame.get('message'))[:500]}"
+                if refuses_missing_xorbs(frame.get("code"), frame.get("message")):
+                    raise MissingXorbsError(message)
+                raise TransferError(message, retryable=frame.get("retryable") is True)
         raise TransferError("shard upload answer ended without a result", retryable=True)
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:

@@ -10,7 +10,7 @@ from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard
 from ..storage.cas_store import CasStore, StoreError
 from ..storage.planning import plan_reconstruction
-from .errors import NotFoundError, RangeNotSatisfiableError, TransferError
+from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, TransferError, refuses_missing_xorbs
 
 
 class LocalStoreBackend:
@@ -35,6 +35,8 @@ class LocalStoreBackend:
         try:
             return self.store.register_shard(body)
         except StoreError as exc:
+            if refuses_missing_xorbs(exc.code, exc.message):
+                raise MissingXorbsError(exc.message, status=exc.status) from None
             raise TransferError(exc.message, status=exc.status) from None
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:

@@ -1,11 +1,13 @@
 """Local shard cache: what this machine knows is already stored, per XET endpoint.
 
-Holds the shards of our own uploads (including one per uploaded xorb, written as soon as the
-xorb is stored, so an interrupted push resumes without resending it) and global dedup
-answers (HMAC-keyed, with an expiry). Files are written by atomic rename under a name that
-is their content hash, so any number of processes can add and read at once; readers skip
-files that fail to parse. Expired shards are removed and the total size is capped, oldest
-first.
+Holds the xorbs of our own uploads (including one per uploaded xorb, recorded as soon as the
+xorb is stored, so an interrupted push resumes without resending it) and global dedup answers
+(HMAC-keyed, with an expiry), in one on-disk index per store (`chunk_index.ChunkIndex`) that
+every agent process opens rather than loads. Expired answers are dropped and the total size is
+capped, oldest first.
+
+Layout: <root>/shards/<sha256(endpoint)[:24]>/index.sqlite. Caches of earlier versions kept
+one `<hash>.mdb` shard file per shard there; they are imported into the index on first use.
 """
 
 from __future__ import annotations
@@ -13,14 +15,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import time
-from dataclasses import dataclass, field
+import sqlite3
 from pathlib import Path
 
 from ..core.errors import FormatError
-from ..core.hashes import hash_to_hex, hmac_chunk_hash, keyed_hash
-from ..core.shard import Shard, parse_shard, serialize_shard
-from ..fsutil import atomic_write
+from ..core.shard import Shard, parse_shard
+from .chunk_index import INDEX_FILE, ChunkIndex
 
 log = logging.getLogger("git_xet.cache")
 
@@ -37,66 +37,14 @@ def default_cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("git-xet"))
 
 
-@dataclass
-class _XorbEntry:
-    """One xorb's chunk list as a cached shard describes it (chunk hashes maybe keyed)."""
-
-    chunk_hashes: tuple[bytes, ...]
-    chunk_sizes: tuple[int, ...]
-    key: bytes | None
-
-
-@dataclass
-class ChunkIndex:
-    """Chunk hash -> (xorb hash, chunk index), over plain and HMAC-keyed shards."""
-
-    plain: dict[bytes, tuple[bytes, int]] = field(default_factory=dict)
-    keyed: dict[bytes, dict[bytes, tuple[bytes, int]]] = field(default_factory=dict)
-    xorbs: dict[bytes, _XorbEntry] = field(default_factory=dict)
-
-    def add(self, shard: Shard) -> None:
-        key = shard.chunk_hash_key
-        table = self.plain if key is None else self.keyed.setdefault(key, {})
-        for info in shard.cas:
-            hashes = tuple(c.chunk_hash for c in info.chunks)
-            self.xorbs.setdefault(info.xorb_hash, _XorbEntry(hashes, tuple(c.unpacked_bytes for c in info.chunks), key))
-            for i, digest in enumerate(hashes):
-                table.setdefault(digest, (info.xorb_hash, i))
-
-    def locate(self, chunk: bytes) -> tuple[bytes, int] | None:
-        found = self.plain.get(chunk)
-        if found is not None:
-            return found
-        for key, table in self.keyed.items():
-            found = table.get(hmac_chunk_hash(chunk, key))
-            if found is not None:
-                return found
-        return None
-
-    def match_run(self, chunks: list[bytes], start: int) -> tuple[bytes, int, int] | None:
-        """The longest run of chunks[start:] stored consecutively in one known xorb:
-        (xorb hash, first chunk index in it, number of chunks matched)."""
-        found = self.locate(chunks[start])
-        if found is None:
-            return None
-        xorb, index = found
-        entry = self.xorbs[xorb]
-        n = 1
-        while start + n < len(chunks) and index + n < len(entry.chunk_hashes):
-            mine = chunks[start + n]
-            if entry.key is not None:
-                mine = hmac_chunk_hash(mine, entry.key)
-            if entry.chunk_hashes[index + n] != mine:
-                break
-            n += 1
-        return xorb, index, n
-
-
 class ShardCache:
+    """One store's cache directory; `open()` gives its index (opened once, shared by callers)."""
+
     def __init__(self, root: Path, endpoint_key: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         digest = hashlib.sha256(endpoint_key.encode("utf-8")).hexdigest()[:24]
         self.dir = Path(root) / "shards" / digest
         self.max_bytes = max_bytes
+        self._index: ChunkIndex | None = None
 
     @classmethod
     def at(cls, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ShardCache:
@@ -104,50 +52,59 @@ class ShardCache:
         cache = cls.__new__(cls)
         cache.dir = Path(directory)
         cache.max_bytes = max_bytes
+        cache._index = None
         return cache
 
-    def add(self, shard: Shard) -> Path:
-        """Persist a shard (stored form, keeping its key and expiry)."""
-        blob = serialize_shard(shard, with_footer=True)
-        path = self.dir / f"{hash_to_hex(keyed_hash(bytes(32), blob))}.mdb"
-        if not path.exists():
-            atomic_write(path, blob)
-        return path
-
-    def load(self, now: float | None = None) -> ChunkIndex:
-        """Index every valid, unexpired cached shard; prune expired ones and enforce the size cap."""
-        now = time.time() if now is None else now
-        index = ChunkIndex()
-        if not self.dir.is_dir():
-            return index
-        entries = []
-        for path in self.dir.glob("*.mdb"):
+    def open(self) -> ChunkIndex:
+        if self._index is None:
+            path = self.dir / INDEX_FILE
             try:
-                stat = path.stat()
-                shard = parse_shard(path.read_bytes())
-            except (OSError, FormatError) as exc:
-                log.info("skipping unreadable cached shard %s: %s", path.name, exc)
-                continue
-            if shard.is_expired(now):
-                _remove(path)
-                continue
-            entries.append((stat.st_mtime, stat.st_size, path, shard))
-        entries.sort(key=lambda e: e[0], reverse=True)  # newest first
-        total = 0
-        for _mtime, size, path, shard in entries:
-            total += size
-            if total > self.max_bytes:
-                _remove(path)
-                continue
-            index.add(shard)
-        return index
+                self._index = ChunkIndex(path, max_bytes=self.max_bytes)
+            except sqlite3.DatabaseError as exc:
+                # Not a crash left-over (SQLite recovers those) but a damaged file: start afresh.
+                log.warning("the shard cache %s is unreadable (%s); starting an empty one", path, exc)
+                for damaged in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+                    damaged.unlink(missing_ok=True)
+                self._index = ChunkIndex(path, max_bytes=self.max_bytes)
+            self._import_legacy_shards(self._index)
+        return self._index
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+    def add(self, shard: Shard) -> None:
+        """Record a shard (stored form, keeping its key and expiry)."""
+        self.open().add(shard)
+
+    def forget(self) -> None:
+        """Drop everything cached about this store (it lost data we remembered it holding)."""
+        self.open().forget()
+
+    def prune(self) -> None:
+        """Drop expired global dedup answers and enforce the size cap."""
+        index = self.open()
+        index.expire()
+        index.evict(self.max_bytes)
+
+    def usage(self) -> tuple[int, int]:
+        """(cached xorbs, accounted bytes); (0, 0) without opening a cache that does not exist."""
+        if self._index is None and not (self.dir / INDEX_FILE).exists():
+            return 0, 0
+        return self.open().usage()
 
     def size(self) -> int:
-        return sum(p.stat().st_size for p in self.dir.glob("*.mdb")) if self.dir.is_dir() else 0
+        return self.usage()[1]
 
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    def _import_legacy_shards(self, index: ChunkIndex) -> None:
+        """Move shard files of the per-file cache format into the index (once; any process)."""
+        for path in sorted(self.dir.glob("*.mdb")):
+            try:
+                index.add(parse_shard(path.read_bytes()))
+            except (OSError, FormatError) as exc:
+                log.info("skipping unreadable cached shard %s: %s", path.name, exc)
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass

@@ -49,10 +49,13 @@ def show() -> list[str]:
     lines = [f"cache root: {root}"]
     total = 0
     for directory in _store_dirs(root):
-        files = list(directory.glob("*.mdb"))
-        size = sum(f.stat().st_size for f in files)
+        cache = ShardCache.at(directory)
+        try:
+            xorbs, size = cache.usage()
+        finally:
+            cache.close()
         total += size
-        lines.append(f"  {_store_name(directory, known)}: {len(files)} shards, {size / 2**20:.1f} MiB  ({directory.name})")
+        lines.append(f"  {_store_name(directory, known)}: {xorbs} xorbs cached, {size / 2**20:.1f} MiB  ({directory.name})")
     lines.append(f"total: {total / 2**20:.1f} MiB")
     return lines
 
@@ -67,7 +70,10 @@ def prune(max_bytes: int | None, everything: bool) -> list[str]:
     out = []
     for directory in _store_dirs(root):
         cache = ShardCache.at(directory, max_bytes=max_bytes) if max_bytes is not None else ShardCache.at(directory)
-        before = cache.size()
-        cache.load()  # drops expired shards and enforces the size cap
-        out.append(f"{_store_name(directory, known)}: {before / 2**20:.1f} -> {cache.size() / 2**20:.1f} MiB")
+        try:
+            before = cache.size()
+            cache.prune()  # drops expired dedup answers and enforces the size cap, oldest first
+            out.append(f"{_store_name(directory, known)}: {before / 2**20:.1f} -> {cache.size() / 2**20:.1f} MiB")
+        finally:
+            cache.close()
     return out or ["nothing cached"]

@@ -66,7 +66,7 @@ def checks() -> Iterator[Check]:
     from ..client.shard_cache import default_cache_root
 
     root = default_cache_root()
-    size = sum(p.stat().st_size for p in root.rglob("*.mdb")) if root.is_dir() else 0
+    size = sum(p.stat().st_size for p in root.rglob("index.sqlite*")) if root.is_dir() else 0
     yield Check(True, f"shard cache: {root} ({size / 2**20:.1f} MiB)")
 
 

@@ -22,7 +22,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..client.backend import XetBackend
-from ..client.shard_cache import ChunkIndex, ShardCache
+from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
+from ..client.errors import MissingXorbsError, TransferError
+from ..client.shard_cache import ShardCache
 from ..core.hashes import hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES, VerifiedXorb, XorbBuilder
@@ -31,7 +33,10 @@ from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 log = logging.getLogger("git_xet.upload")
 
 GLOBAL_DEDUP_SPACING = 256  # chunks between two global dedup queries of one file
-PLACEMENT_LAG = 64  # chunks (~4 MiB) hashed ahead of the chunk being placed
+PLACEMENT_LAG = 128  # chunks (~8 MiB) hashed ahead of the chunk being placed
+# Key chunks are looked up in the cache index in batches (one query each), at the latest this
+# many chunks after being hashed: a hit still reaches PLACEMENT_LAG - PROBE_SPAN chunks back.
+PROBE_SPAN = 64
 FRAGMENTATION_WINDOW = 128
 FRAGMENTATION_ENTER = 4.0  # average chunks per term below which short matches are refused
 FRAGMENTATION_LEAVE = 8.0
@@ -52,6 +57,7 @@ class UploadStats:
     xorb_bytes_sent: int = 0
     shards_uploaded: int = 0
     global_queries: int = 0
+    store_resets: int = 0  # shards refused for missing xorbs, then re-uploaded without the cache
 
 
 class _XorbBuffers:
@@ -139,12 +145,22 @@ class _FileState:
     new_bytes: int = 0
     deduped_bytes: int = 0
     last_global_query: int = -GLOBAL_DEDUP_SPACING
+    unprobed: list[int] = field(default_factory=list)  # key chunks not looked up yet
+    # Cached xorbs found by probing key chunks ahead of placement: (file chunk j, xorb, index
+    # of chunk j in it). A run through chunk j may start before it.
+    anchors: deque[tuple[int, CachedXorb, int]] = field(default_factory=deque)
+    # The xorb of the last cached run, and how its chunk numbers relate to the file's (index
+    # in xorb = file chunk + offset): after a small edit the run usually resumes there.
+    hint: tuple[CachedXorb, int] | None = None
 
 
 @dataclass
 class _PendingFile:
     digest: FileDigest
     terms: list[_Term]
+    # Where the bytes can be read again until the shard lands: a path, or the caller's buffer.
+    source: str | os.PathLike[str] | memoryview
+    result: UploadedFile
 
 
 @dataclass
@@ -161,7 +177,8 @@ class Uploader:
     stats: UploadStats = field(default_factory=UploadStats)
 
     def __post_init__(self) -> None:
-        self._index = self.cache.load() if self.cache else ChunkIndex()
+        # Opened, not loaded: constant cost whatever the history (a private one without cache).
+        self._index = self.cache.open() if self.cache else ChunkIndex.temporary()
         self._session: dict[bytes, tuple[_XorbSlot, int]] = {}
         self._buffers = _XorbBuffers(self.xorb_buffers)
         self._slot: _XorbSlot | None = None  # opened on the first new chunk
@@ -179,6 +196,10 @@ class Uploader:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._buffers = _XorbBuffers(self.xorb_buffers)  # drop the 64 MiB maps
+        if self.cache:
+            self.cache.close()
+        else:
+            self._index.close()
 
     def __enter__(self) -> Uploader:
         return self
@@ -189,10 +210,17 @@ class Uploader:
     # ------------------------------------------------------------------ files
 
     def add_file(self, path: str | os.PathLike[str]) -> UploadedFile:
+        self._check_usable()
         with MappedFile(path) as mapped:
-            return self.add_bytes(mapped.view, consumed=mapped.release_before)
+            return self._add(mapped.view, mapped.release_before, path)
 
     def add_bytes(self, data: bytes | memoryview, consumed: Callable[[int], None] | None = None) -> UploadedFile:
+        """Upload one file held in memory (see `_add`); the buffer is referenced until finalize."""
+        self._check_usable()
+        view = memoryview(data)
+        return self._add(view, consumed, view)
+
+    def _add(self, view: memoryview, consumed: Callable[[int], None] | None, source: str | os.PathLike[str] | memoryview) -> UploadedFile:
         """Chunk, hash, dedup and pack one file in a single streaming pass.
 
         Chunks are placed (deduplicated or packed into the open xorb) PLACEMENT_LAG chunks
@@ -201,31 +229,32 @@ class Uploader:
         while the rest of the file is still being read. `consumed(offset)` is told how far
         every reader got, so a mapped file can drop the pages behind them.
         """
-        self._check_usable()
-        view = memoryview(data)
         sha256 = hashlib.sha256()
         state = _FileState()
         for end, digest in iter_chunk_hashes(view, sha256=sha256):
             state.hashes.append(digest)
             state.offsets.append(end)
+            self._note_key_chunk(state)
             if self.global_dedup:
                 self._maybe_query_global(state)
             while len(state.hashes) - state.placed > PLACEMENT_LAG:
                 self._place_next(state, view)
             if consumed is not None:
                 consumed(state.offsets[state.placed])
+        self._probe(state)
         while state.placed < len(state.hashes):
             self._place_next(state, view)
         sha_digest = sha256.digest()
         sizes = [b - a for a, b in zip(state.offsets, state.offsets[1:])]
         digest = FileDigest.of_chunks(state.hashes, sizes, sha_digest)
-        self._pending.append(_PendingFile(digest, state.terms))
-        return UploadedFile(hash_to_hex(digest.file_hash), digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
+        result = UploadedFile(hash_to_hex(digest.file_hash), digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
+        self._pending.append(_PendingFile(digest, state.terms, source, result))
+        return result
 
     def _place_next(self, state: _FileState, view: memoryview) -> None:
         """Place the next chunk(s): a run already stored becomes one term, else one new chunk."""
-        i, hashes, offsets = state.placed, state.hashes, state.offsets
-        run = self._match(hashes, i)
+        i, offsets = state.placed, state.offsets
+        run = self._match(state, i)
         if run is not None and state.guard.accepts(run[2]):
             target, start, count = run
             length = offsets[i + count] - offsets[i]
@@ -234,7 +263,7 @@ class Uploader:
             state.placed += count
             return
         chunk = view[offsets[i] : offsets[i + 1]]
-        slot, index = self._store_chunk(chunk, hashes[i])
+        slot, index = self._store_chunk(chunk, state.hashes[i])
         self._append(state.terms, _Term(slot, index, index + 1, len(chunk), i, i + 1), state.guard)
         state.new_bytes += len(chunk)
         state.placed += 1
@@ -250,8 +279,9 @@ class Uploader:
             guard.record(last.chunk_end - last.chunk_start)
         terms.append(term)
 
-    def _match(self, hashes: list[bytes], i: int) -> tuple[bytes | _XorbSlot, int, int] | None:
+    def _match(self, state: _FileState, i: int) -> tuple[bytes | _XorbSlot, int, int] | None:
         """A run of already-stored chunks starting at i: in this session first, then the index."""
+        hashes = state.hashes
         session = self._session.get(hashes[i])
         if session is not None:
             slot, index = session
@@ -259,7 +289,55 @@ class Uploader:
             while i + n < len(hashes) and self._session.get(hashes[i + n]) == (slot, index + n):
                 n += 1
             return slot, index, n
-        return self._index.match_run(hashes, i)
+        return self._cached_run(state, i)
+
+    def _note_key_chunk(self, state: _FileState) -> None:
+        """Queue the newest chunk for an index lookup if it is a key chunk (or the file's first);
+        look the queue up once its oldest has waited PROBE_SPAN chunks."""
+        j = len(state.hashes) - 1
+        digest = state.hashes[j]
+        # Keyed answers index every chunk of their xorbs, so probing plain key chunks finds them too.
+        if (j == 0 or is_key_chunk(digest)) and digest not in self._session:
+            state.unprobed.append(j)
+        if state.unprobed and j - state.unprobed[0] >= PROBE_SPAN:
+            self._probe(state)
+
+    def _probe(self, state: _FileState) -> None:
+        """Look the queued key chunks up in the index (one query); hits become anchors.
+
+        One query per batch rather than per chunk: each query releases the GIL, and with the
+        xorb upload threads busy, getting it back costs far more than the lookup itself."""
+        if not state.unprobed:
+            return
+        found = self._index.probe_many([state.hashes[j] for j in state.unprobed])
+        for j, hit in zip(state.unprobed, found):
+            if hit is not None:
+                state.anchors.append((j, *hit))
+        state.unprobed.clear()
+
+    def _cached_run(self, state: _FileState, i: int) -> tuple[bytes, int, int] | None:
+        """The longest run of chunks from i stored consecutively in one cached xorb, found from
+        the last run's xorb or from an anchor at or after i (extended back to i)."""
+        hashes, anchors = state.hashes, state.anchors
+        while anchors and anchors[0][0] < i:
+            anchors.popleft()
+        candidates = [state.hint] if state.hint is not None else []
+        candidates += [(xorb, index - j) for j, xorb, index in anchors]
+        if state.hint is not None and i + state.hint[1] == len(state.hint[0]):
+            # The last run ended with its xorb: the next xorb of the same upload likely starts
+            # here, and every xorb's first chunk is indexed (key chunk or not).
+            hit = self._index.probe(hashes[i])
+            if hit is not None:
+                candidates.append((hit[0], hit[1] - i))
+        for xorb, offset in candidates:
+            start = i + offset
+            if xorb.has(start, hashes[i]):
+                state.hint = (xorb, offset)
+                n = 1
+                while i + n < len(hashes) and xorb.has(start + n, hashes[i + n]):
+                    n += 1
+                return xorb.xorb_hash, start, n
+        return None
 
     def _maybe_query_global(self, state: _FileState) -> None:
         """Ask the server about the newest chunk when it is a spaced, eligible, unknown one."""
@@ -267,15 +345,19 @@ class Uploader:
         chunk = state.hashes[i]
         if i - state.last_global_query < GLOBAL_DEDUP_SPACING or not (i == 0 or is_global_dedup_eligible(chunk)):
             return
-        if chunk in self._session or self._index.locate(chunk) is not None:
+        if chunk in self._session:
+            return
+        self._probe(state)  # eligible chunks are key chunks: is this one cached?
+        if state.anchors and state.anchors[-1][0] == i:
             return
         state.last_global_query = i
         self.stats.global_queries += 1
         answer = self.backend.query_dedup(chunk)
         if answer is not None and answer.cas:
             self._index.add(answer)
-            if self.cache:
-                self.cache.add(answer)
+            found = self._index.probe(chunk)
+            if found is not None:
+                state.anchors.append((i, *found))
 
     # ------------------------------------------------------------------ xorbs
 
@@ -320,44 +402,91 @@ class Uploader:
             self.stats.xorbs_uploaded += 1
             if inserted:
                 self.stats.xorb_bytes_sent += body_size
-        if self.cache:
-            # Resume point: later sessions (and other processes) dedup against this xorb even
-            # if this process dies before its shard is uploaded.
-            self.cache.add(Shard(cas=(cas,)))
+        # Resume point: later sessions (and other processes) dedup against this xorb even if
+        # this process dies before its shard is uploaded.
+        self._index.add(Shard(cas=(cas,)))
 
     # ------------------------------------------------------------------ finalize
 
-    def finalize(self) -> None:
+    def finalize(self) -> list[UploadedFile]:
         """Make every file added so far durable on the store: xorbs first, then one shard.
+        Returns those files, as finally uploaded (after a store reset, everything went again).
 
         After a failure the Uploader is unusable (its state no longer matches the store); what
         did get stored is in the shard cache, so a new Uploader resumes without resending it.
         """
         self._check_usable()
         try:
-            self._finalize()
+            return self._finalize()
         except BaseException as exc:
             self._failed = exc
             raise
 
-    def _finalize(self) -> None:
+    def _finalize(self) -> list[UploadedFile]:
+        closed, pending = self._drain()
+        if not pending:
+            return []
+        try:
+            self._commit(closed, pending)
+        except MissingXorbsError as exc:
+            pending = self._redo_without_cache(pending, exc)
+        return [file.result for file in pending]
+
+    def _drain(self) -> tuple[list[_XorbSlot], list[_PendingFile]]:
+        """Close the open xorb, wait for every xorb upload; the closed xorbs and pending files."""
         self._close_slot()
         uploads, self._uploads = self._uploads, []
         for future in uploads:
             future.result()
         closed, self._closed = self._closed, []
         pending, self._pending = self._pending, []
-        if not pending:
-            return
+        return closed, pending
+
+    def _redo_without_cache(self, pending: list[_PendingFile], refusal: MissingXorbsError) -> list[_PendingFile]:
+        """The store lacks xorbs we deduplicated against: it was reset or restored from an older
+        backup since this machine cached them. Forget everything cached about it and upload the
+        pending files again (chunks it still holds are found by global dedup or answered
+        "already stored"), so this push succeeds instead of failing until the cache is pruned."""
+        log.warning(
+            "the store refused the shard because it lacks xorbs this machine's shard cache says it holds (%s); "
+            "it was probably reset or restored from an older backup: forgetting the cache for it and re-uploading %d file(s)",
+            refusal,
+            len(pending),
+        )
+        self.stats.store_resets += 1
+        self._index.forget()
+        self._session = {}
+        for file in pending:
+            self._add_again(file)
+        closed, again = self._drain()
+        try:
+            self._commit(closed, again)
+        except MissingXorbsError as exc:
+            raise MissingXorbsError(
+                f"{exc} (even after re-uploading every file without the shard cache: the store itself is inconsistent; check its data directory)",
+                status=exc.status,
+            ) from None
+        log.warning("re-uploaded %d file(s) to the reset store", len(again))
+        return again
+
+    def _add_again(self, file: _PendingFile) -> None:
+        if isinstance(file.source, memoryview):
+            again = self._add(file.source, None, file.source)
+        else:
+            with MappedFile(file.source) as mapped:
+                again = self._add(mapped.view, mapped.release_before, file.source)
+        if again.file_hash != hash_to_hex(file.digest.file_hash):
+            raise TransferError(f"{file.source} changed while it was being uploaded; push again")
+
+    def _commit(self, closed: list[_XorbSlot], pending: list[_PendingFile]) -> None:
+        """Upload one shard describing the pending files and the closed xorbs; record it."""
         files = tuple(_file_info(p) for p in pending)
         shard = Shard(files, tuple(slot.cas for slot in closed))
         self.backend.upload_shard(serialize_shard(shard, with_footer=False))
         self.stats.shards_uploaded += 1
-        # Chunks of this session's closed xorbs now live in the index (and the cache).
+        # Chunks of this session's closed xorbs now live in the index (the cache, if any).
         self._index.add(shard)
         self._session = {}
-        if self.cache:
-            self.cache.add(shard)
 
 
 def _cas_info(built: VerifiedXorb) -> CasInfo:

@@ -81,8 +81,9 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
+def _error(status: int, message: str, code: str | None = None) -> JSONResponse:
+    body = {"error": message} if code is None else {"error": message, "code": code}
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
 def _bearer(request: Request) -> str | None:
@@ -260,7 +261,10 @@ class CasApp:
             try:
                 inserted = work.result()
             except RequestRefused as exc:
-                yield frame({"type": "error", "message": exc.message, "retryable": False})
+                error = {"type": "error", "message": exc.message, "retryable": False}
+                if exc.code is not None:
+                    error["code"] = exc.code
+                yield frame(error)
                 return
             except (OSError, sqlite3.OperationalError) as exc:
                 if not is_disk_full(exc):
@@ -373,7 +377,7 @@ def create_app(config: ServerConfig) -> Starlette:
     hub = HubEmulation(app)
 
     async def on_refused(request: Request, exc: RequestRefused) -> Response:
-        response = _error(exc.status, exc.message)
+        response = _error(exc.status, exc.message, exc.code)
         if exc.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
         return response

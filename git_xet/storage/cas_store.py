@@ -33,7 +33,7 @@ from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileTerm, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, decode_chunk, parse_chunk_records, verify_xorb
-from .errors import RequestRefused
+from .errors import MISSING_XORB, RequestRefused
 from .objects import DirectoryObjectStore, ObjectStore
 from .work_budget import check_reference_budget
 
@@ -299,7 +299,7 @@ class CasStore:
         name = hashes.hash_to_hex(info.xorb_hash)
         layout = self.xorb_layout(name)
         if layout is None:
-            raise StoreError(400, f"shard describes xorb {name}, which was never uploaded")
+            raise StoreError(400, f"shard describes xorb {name}, which was never uploaded", MISSING_XORB)
         if tuple(c.chunk_hash for c in info.chunks) != layout.chunk_hashes:
             raise StoreError(400, f"shard's chunk list for xorb {name} does not match the stored xorb")
         return layout
@@ -326,7 +326,7 @@ class CasStore:
             if layout is None:
                 layout = self.xorb_layout(hashes.hash_to_hex(term.xorb_hash))
                 if layout is None:
-                    raise StoreError(400, f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}")
+                    raise StoreError(400, f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}", MISSING_XORB)
                 layouts[term.xorb_hash] = layout
             if not term.chunk_start < term.chunk_end <= len(layout.chunk_hashes):
                 raise StoreError(400, f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.hash}")

@@ -1,0 +1,341 @@
+"""The shard cache's dedup index: one SQLite file per store, opened (never loaded) by every
+agent process, so start-up cost and memory do not grow with the history it covers.
+
+What it holds, per cached xorb: its full chunk hash list (to extend a match chunk by chunk and
+to verify every hit), plus index entries for its *key chunks* only: one chunk in eight by hash
+(`is_key_chunk`), every global-dedup-eligible chunk, the xorb's first chunk and the first chunk
+of every file a shard describes. Dedup needs no more: the uploader probes key chunks as they
+are hashed, ahead of placement, and extends each hit backwards and forwards through the xorb's
+chunk list, so a run is found from any key chunk inside it (on average every 8th chunk;
+`pipelines/upload.py`). Entries of HMAC-keyed global dedup answers cover all their chunks
+(probing them costs an HMAC per key) and expire with the answer.
+
+Why SQLite and sampling: a full chunk index is one random B-tree insert per chunk, which
+rewrites ~1024 index pages per 64 MiB xorb (tens of ms each at 1 TiB of history); one in eight
+keeps inserts to ~130 per xorb and the entries table ~1/10 of the cache. SQLite in WAL mode
+gives many concurrent readers and writers (agents, pushes) and crash safety: a writer killed
+mid-transaction leaves nothing behind but a rolled-back journal.
+
+Entries are keyed by the first 8 bytes of the chunk hash; a hit is accepted only if the full
+32-byte hash in the xorb's list matches, so prefix collisions cost a miss, never a wrong match.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.hashes import hmac_chunk_hash, is_global_dedup_eligible
+from ..core.shard import NO_EXPIRY, Shard
+
+log = logging.getLogger("git_xet.cache")
+
+INDEX_FILE = "index.sqlite"
+KEY_CHUNK_MASK = 7  # first byte & 7 == 0: one chunk in eight is a key chunk
+_INDEX_BITS = 13  # chunk index within a xorb (< 8192 chunks per xorb)
+_ENTRY_BYTES = 24  # accounted size of one entry (B-tree cell and slack)
+_XORB_BYTES = 96  # accounted size of one xorb row besides its chunk list
+_XORB_CACHE = 32  # xorb chunk lists kept in memory per process (<= 256 KiB each)
+_KEYS_REFRESH = 30.0  # seconds between re-reads of the active global dedup keys
+_PLAIN = b""  # the `key` column of plainly hashed xorbs (not NULL: NULLs are never UNIQUE)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS xorbs (
+    id INTEGER PRIMARY KEY,          -- insertion order: eviction drops the smallest first
+    hash BLOB NOT NULL,
+    key BLOB NOT NULL,               -- HMAC key of its chunk hashes, or empty
+    expiry INTEGER,                  -- unix seconds; NULL = never
+    chunks BLOB NOT NULL,            -- 32 bytes per chunk, as the shard gave them
+    bytes INTEGER NOT NULL,          -- accounted size, for the cap
+    UNIQUE (hash, key)
+);
+CREATE INDEX IF NOT EXISTS xorbs_expiring ON xorbs (expiry) WHERE expiry IS NOT NULL;
+CREATE TABLE IF NOT EXISTS entries (
+    k INTEGER PRIMARY KEY,           -- chunk hash bytes 0..8, little-endian, signed
+    loc INTEGER NOT NULL             -- xorb id << 13 | chunk index
+);
+CREATE TABLE IF NOT EXISTS keys (
+    key BLOB PRIMARY KEY,
+    expiry INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    total INTEGER NOT NULL           -- sum of xorbs.bytes
+);
+INSERT OR IGNORE INTO meta VALUES (1, 0);
+"""
+
+
+def is_key_chunk(digest: bytes) -> bool:
+    """Whether the index holds an entry for this (plain) chunk hash wherever it occurs."""
+    return not digest[0] & KEY_CHUNK_MASK or is_global_dedup_eligible(digest)
+
+
+def _prefix(digest: bytes) -> int:
+    return int.from_bytes(digest[:8], "little", signed=True)
+
+
+@dataclass(frozen=True)
+class CachedXorb:
+    """A cached xorb's chunk hashes (HMAC-keyed when `key` is set), to extend and verify matches."""
+
+    xorb_hash: bytes
+    hashes: bytes  # 32 bytes per chunk
+    key: bytes | None
+    expiry: float | None
+
+    def __len__(self) -> int:
+        return len(self.hashes) // 32
+
+    def has(self, index: int, chunk: bytes) -> bool:
+        """Whether chunk number `index` of this xorb is the plain chunk hash `chunk`."""
+        if index < 0 or index >= len(self):
+            return False
+        mine = chunk if self.key is None else hmac_chunk_hash(chunk, self.key)
+        return self.hashes.startswith(mine, 32 * index)
+
+
+class ChunkIndex:
+    """One store's dedup index. Thread-safe (a SQLite connection per thread); any number of
+    processes may open the same file and read and write at once."""
+
+    def __init__(self, path: Path, *, max_bytes: int) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._xorbs: OrderedDict[int, CachedXorb] = OrderedDict()
+        self._keys: list[bytes] = []
+        self._keys_read = float("-inf")
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._connection()
+        # Opening an existing index only reads: it never waits for a writer.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
+            conn.executescript(_SCHEMA)  # idempotent; commits itself
+
+    @classmethod
+    def temporary(cls) -> ChunkIndex:
+        """A private index in a temporary directory, removed by close() (no shard cache)."""
+        tmp = tempfile.TemporaryDirectory(prefix="git-xet-index-")
+        index = cls(Path(tmp.name) / INDEX_FILE, max_bytes=1 << 62)
+        index._tmp = tmp
+        return index
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            # No mmap: pages are read into SQLite's small per-connection cache, so resident
+            # memory does not grow with the index however many lookups touch it.
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # a cache: atomic and consistent is enough
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (other writers wait for it; readers never do)."""
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:  # SQLite may have rolled back itself (e.g. disk full)
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # ------------------------------------------------------------------ writing
+
+    def add(self, shard: Shard, now: float | None = None) -> None:
+        """Record a shard's xorbs (and its files' first chunks); expired answers are ignored.
+
+        The cache only saves uploads work: when it cannot be written (disk full, I/O error, a
+        writer holding it for over a minute) the upload goes on without recording this shard.
+        """
+        now = time.time() if now is None else now
+        if shard.is_expired(now):
+            return
+        try:
+            self._add(shard)
+        except sqlite3.OperationalError as exc:
+            log.warning("could not record a shard in the shard cache %s (%s); continuing without it", self.path, exc)
+
+    def _add(self, shard: Shard) -> None:
+        key = shard.chunk_hash_key
+        expiry = None if shard.footer is None or shard.footer.key_expiry >= NO_EXPIRY else min(shard.footer.key_expiry, 2**62)
+        added = 0
+        with self._write() as db:
+            for info in shard.cas:
+                if db.execute("SELECT 1 FROM xorbs WHERE hash = ? AND key = ?", (info.xorb_hash, key or _PLAIN)).fetchone():
+                    continue
+                hashes = [c.chunk_hash for c in info.chunks]
+                if not hashes or len(hashes) > 1 << _INDEX_BITS:
+                    continue
+                indexed = range(len(hashes)) if key is not None else [i for i, h in enumerate(hashes) if i == 0 or is_key_chunk(h)]
+                size = 32 * len(hashes) + _XORB_BYTES + _ENTRY_BYTES * len(indexed)
+                xid = db.execute(
+                    "INSERT INTO xorbs (hash, key, expiry, chunks, bytes) VALUES (?, ?, ?, ?, ?)",
+                    (info.xorb_hash, key or _PLAIN, expiry, b"".join(hashes), size),
+                ).lastrowid
+                # Newest wins: the oldest xorbs are evicted first, so this entry lives longest.
+                db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)", ((_prefix(hashes[i]), xid << _INDEX_BITS | i) for i in indexed))
+                added += size
+            if key is None:
+                self._add_file_entry_points(db, shard)
+            else:
+                db.execute("INSERT INTO keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET expiry = max(expiry, excluded.expiry)", (key, expiry or 2**62))
+                self._keys_read = float("-inf")
+            if added:
+                total = db.execute("UPDATE meta SET total = total + ? RETURNING total", (added,)).fetchone()[0]
+        if added and total > self.max_bytes:
+            self.evict(self.max_bytes * 9 // 10)
+
+    @staticmethod
+    def _add_file_entry_points(db: sqlite3.Connection, shard: Shard) -> None:
+        """The first chunk of every file is an entry point (a small edited file may have no key chunk)."""
+        for info in shard.files:
+            if not info.terms:
+                continue
+            first = info.terms[0]
+            row = db.execute("SELECT id, chunks FROM xorbs WHERE hash = ? AND key = ?", (first.xorb_hash, _PLAIN)).fetchone()
+            if row is None or 32 * first.chunk_start >= len(row[1]):
+                continue
+            digest = row[1][32 * first.chunk_start : 32 * first.chunk_start + 32]
+            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?)", (_prefix(digest), row[0] << _INDEX_BITS | first.chunk_start))
+
+    def _drop_xorbs(self, db: sqlite3.Connection, rows: list[tuple[int, bytes, int]]) -> int:
+        """Delete xorbs (id, chunks, bytes) and every entry pointing into them; bytes freed."""
+        freed = 0
+        for xid, chunks, size in rows:
+            db.executemany(
+                "DELETE FROM entries WHERE k = ? AND loc = ?",
+                ((_prefix(chunks[i : i + 8]), xid << _INDEX_BITS | i // 32) for i in range(0, len(chunks), 32)),
+            )
+            db.execute("DELETE FROM xorbs WHERE id = ?", (xid,))
+            freed += size
+        db.execute("UPDATE meta SET total = max(0, total - ?)", (freed,))
+        with self._lock:
+            for xid, _, _ in rows:
+                self._xorbs.pop(xid, None)
+        return freed
+
+    def evict(self, target: int) -> None:
+        """Drop the oldest xorbs until the accounted size is at most `target`."""
+        while True:
+            with self._write() as db:
+                total = db.execute("SELECT total FROM meta").fetchone()[0]
+                if total <= target:
+                    return
+                rows = db.execute("SELECT id, chunks, bytes FROM xorbs ORDER BY id LIMIT 64").fetchall()
+                if not rows:
+                    db.execute("UPDATE meta SET total = 0")
+                    return
+                doomed = []
+                for row in rows:
+                    doomed.append(row)
+                    total -= row[2]
+                    if total <= target:
+                        break
+                self._drop_xorbs(db, doomed)
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop expired global dedup answers; how many xorbs went."""
+        now = int(time.time() if now is None else now)
+        with self._write() as db:
+            rows = db.execute("SELECT id, chunks, bytes FROM xorbs WHERE expiry IS NOT NULL AND expiry < ?", (now,)).fetchall()
+            self._drop_xorbs(db, rows)
+            db.execute("DELETE FROM keys WHERE expiry < ?", (now,))
+        return len(rows)
+
+    def forget(self) -> None:
+        """Drop everything (the store lost data this index says it holds)."""
+        with self._write() as db:
+            db.execute("DELETE FROM entries")
+            db.execute("DELETE FROM xorbs")
+            db.execute("DELETE FROM keys")
+            db.execute("UPDATE meta SET total = 0")
+        with self._lock:
+            self._xorbs.clear()
+        self._keys, self._keys_read = [], float("-inf")
+
+    # ------------------------------------------------------------------ reading
+
+    def probe(self, chunk: bytes) -> tuple[CachedXorb, int] | None:
+        """A cached xorb holding this chunk, and its index there, if the chunk is indexed
+        (a key chunk, or any chunk of a keyed answer)."""
+        return self.probe_many([chunk])[0]
+
+    def probe_many(self, chunks: list[bytes]) -> list[tuple[CachedXorb, int] | None]:
+        """probe() of each chunk, in one query."""
+        keys = self._active_keys()
+        wanted: dict[int, list[tuple[int, bytes, bytes | None]]] = {}  # entry key -> (position, digest, hmac key)
+        for n, chunk in enumerate(chunks):
+            for digest, key in [(chunk, None)] + [(hmac_chunk_hash(chunk, k), k) for k in keys]:
+                wanted.setdefault(_prefix(digest), []).append((n, digest, key))
+        found: list[tuple[CachedXorb, int] | None] = [None] * len(chunks)
+        prefixes = list(wanted)
+        conn = self._connection()
+        for start in range(0, len(prefixes), 500):  # SQLite's bound-parameter limit is far above
+            part = prefixes[start : start + 500]
+            rows = conn.execute(f"SELECT k, loc FROM entries WHERE k IN ({','.join('?' * len(part))})", part).fetchall()
+            for prefix, loc in rows:
+                xorb = self._xorb(loc >> _INDEX_BITS)
+                index = loc & ((1 << _INDEX_BITS) - 1)
+                for n, digest, key in wanted[prefix]:
+                    if found[n] is None and xorb is not None and xorb.key == key and xorb.hashes.startswith(digest, 32 * index):
+                        found[n] = (xorb, index)
+        return found
+
+    def _xorb(self, xid: int) -> CachedXorb | None:
+        with self._lock:
+            found = self._xorbs.get(xid)
+            if found is not None:
+                self._xorbs.move_to_end(xid)
+        if found is None:
+            row = self._connection().execute("SELECT hash, key, expiry, chunks FROM xorbs WHERE id = ?", (xid,)).fetchone()
+            if row is None:
+                return None  # evicted since the entry was read
+            found = CachedXorb(row[0], row[3], row[1] or None, row[2])
+            with self._lock:
+                self._xorbs[xid] = found
+                while len(self._xorbs) > _XORB_CACHE:
+                    self._xorbs.popitem(last=False)
+        if found.expiry is not None and found.expiry < time.time():
+            return None
+        return found
+
+    def _active_keys(self) -> list[bytes]:
+        now = time.monotonic()
+        if now - self._keys_read > _KEYS_REFRESH:
+            rows = self._connection().execute("SELECT key FROM keys WHERE expiry >= ?", (int(time.time()),)).fetchall()
+            self._keys, self._keys_read = [r[0] for r in rows], now
+        return self._keys
+
+    def usage(self) -> tuple[int, int]:
+        """(cached xorbs, accounted bytes)."""
+        conn = self._connection()
+        return conn.execute("SELECT count(*) FROM xorbs").fetchone()[0], conn.execute("SELECT total FROM meta").fetchone()[0]
