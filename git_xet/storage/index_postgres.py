@@ -1,0 +1,238 @@
+"""The shared index: PostgreSQL through psycopg 3, for any number of server replicas.
+
+Concurrency comes from the database, not from a single writer: every write is an INSERT ...
+ON CONFLICT (first writer wins) at READ COMMITTED, so two replicas registering the same shard
+at once serialize on its unique key and exactly one sees it as new. A deadlock or
+serialization failure rolls the whole transaction back and it is run again; so is a transaction
+whose connection broke (PostgreSQL restarting, a network cut), for up to `retry_seconds`, on a
+fresh connection. Every transaction is idempotent, so running one twice is harmless.
+
+Schema versions live in the table `schema_version`; migrations run at start-up under an
+advisory lock, so replicas starting together upgrade the database once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import psycopg
+
+from .index_base import (
+    TABLES,
+    IndexUnavailable,
+    ShardRegistration,
+    StoredFile,
+    StoreError,
+    XorbLayout,
+    layout_from_row,
+    layout_row,
+    pack_terms,
+    unpack_terms,
+)
+
+log = logging.getLogger("git_xet.storage")
+T = TypeVar("T")
+
+# Migration n takes the schema from version n-1 to n; a new database runs them all.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE xorbs (
+        hash TEXT PRIMARY KEY,
+        num_chunks INTEGER NOT NULL,
+        body_size BIGINT NOT NULL,
+        unpacked_size BIGINT NOT NULL,
+        chunk_hashes BYTEA NOT NULL,   -- 32 bytes per chunk
+        byte_ends BYTEA NOT NULL,      -- u32 LE per chunk: end of chunk record in the xorb
+        chunk_sizes BYTEA NOT NULL     -- u32 LE per chunk: uncompressed size
+    );
+    CREATE TABLE files (
+        hash TEXT PRIMARY KEY,
+        size BIGINT NOT NULL,
+        sha256 TEXT,                   -- computed by the server from the bytes; NULL until then
+        terms BYTEA NOT NULL           -- 48-byte FileDataSequenceEntry per term
+    );
+    CREATE TABLE dedup (chunk_hash BYTEA NOT NULL, xorb TEXT NOT NULL, PRIMARY KEY (chunk_hash, xorb));
+    CREATE TABLE shards (id TEXT PRIMARY KEY, size BIGINT NOT NULL);
+    CREATE TABLE repo_files (repo TEXT NOT NULL, file TEXT NOT NULL, PRIMARY KEY (repo, file));
+    CREATE TABLE repo_oids (repo TEXT NOT NULL, oid TEXT NOT NULL, file TEXT NOT NULL, PRIMARY KEY (repo, oid));
+    CREATE TABLE repo_shards (repo TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (repo, id));
+    CREATE TABLE revoked_tokens (id TEXT PRIMARY KEY, revoked_at BIGINT NOT NULL);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+_MIGRATION_LOCK = 0x67697478  # advisory lock key held while migrating ("gitx")
+_PAGE = 10_000
+# The database rolled the transaction back to resolve a conflict with another: run it again.
+_ROLLED_BACK = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+
+
+class PostgresIndex:
+    """MetadataIndex in a PostgreSQL database. Thread-safe: one connection per thread."""
+
+    def __init__(self, url: str, retry_seconds: float = 30.0, connect_timeout: int = 10) -> None:
+        self._url = url  # may hold a password: never logged, never in repr or errors
+        self.retry_seconds = retry_seconds
+        self.connect_timeout = connect_timeout
+        self._local = threading.local()
+        self._run(self._migrate)
+
+    def __repr__(self) -> str:
+        return "PostgresIndex(<url hidden>)"
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _connection(self) -> psycopg.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=self.connect_timeout, application_name="git-xet")
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass
+
+    def _run(self, work: Callable[[psycopg.Connection], T]) -> T:
+        """Run `work` (one transaction at most) until it succeeds, retrying what the database
+        says to retry and broken connections, for up to retry_seconds; then IndexUnavailable."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.05
+        while True:
+            try:
+                return work(self._connection())
+            except psycopg.OperationalError as exc:
+                if not isinstance(exc, _ROLLED_BACK):  # else the connection is fine: run it again
+                    self._drop_connection()
+                if time.monotonic() >= deadline:
+                    log.error("PostgreSQL index unavailable: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    raise IndexUnavailable("the server's index database is unavailable; retry shortly") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _migrate(self, conn: psycopg.Connection) -> None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT version FROM schema_version").fetchone()
+            version = 0 if row is None else row[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(500, f"the index database was written by a newer git-xet (schema version {version}); upgrade git-xet")
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                conn.execute(MIGRATIONS[number - 1])
+                log.info("index database upgraded to schema version %d", number)
+            if row is None:
+                conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+            elif version < SCHEMA_VERSION:
+                conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
+
+    def schema_version(self) -> int:
+        return self._run(lambda conn: conn.execute("SELECT version FROM schema_version").fetchone()[0])
+
+    def close(self) -> None:
+        self._drop_connection()
+
+    # ------------------------------------------------------------------ xorbs
+
+    def add_xorb(self, layout: XorbLayout, body_size: int, before_insert: Callable[[], None] | None = None) -> bool:
+        row = layout_row(layout, body_size)
+
+        def work(conn: psycopg.Connection) -> bool:
+            with conn.transaction():
+                if before_insert is not None:
+                    # Writers of this xorb queue here, so only one can run before_insert.
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (layout.hash,))
+                    if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (layout.hash,)).fetchone() is not None:
+                        return False
+                    before_insert()
+                cur = conn.execute("INSERT INTO xorbs VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", row)
+                return cur.fetchone() is not None
+
+        return self._run(work)
+
+    def xorb_layout(self, xorb_hex: str) -> XorbLayout | None:
+        row = self._run(lambda conn: conn.execute("SELECT chunk_hashes, byte_ends, chunk_sizes FROM xorbs WHERE hash = %s", (xorb_hex,)).fetchone())
+        return None if row is None else layout_from_row(xorb_hex, *row)
+
+    def iter_xorbs(self) -> Iterator[tuple[str, int]]:
+        after = ""
+        while True:
+            page = self._run(
+                lambda conn: conn.execute("SELECT hash, body_size FROM xorbs WHERE hash > %s ORDER BY hash LIMIT %s", (after, _PAGE)).fetchall()
+            )
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1][0]
+
+    def shard_ids(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self._run(lambda conn: conn.execute("SELECT id FROM shards").fetchall()))
+
+    # ------------------------------------------------------------------ files and shards
+
+    def get_file(self, file_hex: str) -> StoredFile | None:
+        row = self._run(lambda conn: conn.execute("SELECT size, sha256, terms FROM files WHERE hash = %s", (file_hex,)).fetchone())
+        if row is None:
+            return None
+        size, sha256, blob = row
+        return StoredFile(file_hex, size, sha256, unpack_terms(blob))
+
+    def register_shard(self, shard: ShardRegistration) -> bool:
+        # Files in shard order (within a shard the first file wins an oid, as with SQLite); a
+        # deadlock between registrations locking rows in other orders is retried by _run.
+        file_rows = [(f.hash, f.size, f.computed_sha256, pack_terms(f.terms)) for f in shard.files]
+        oid_rows = [(shard.repo, f.oid, f.hash) for f in shard.files if f.oid is not None]
+        repo_file_rows = sorted({(shard.repo, f.hash) for f in shard.files})
+
+        def work(conn: psycopg.Connection) -> bool:
+            with conn.transaction():
+                conn.execute("INSERT INTO shards VALUES (%s, %s) ON CONFLICT DO NOTHING", (shard.shard_id, shard.size))
+                cur = conn.execute("INSERT INTO repo_shards VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1", (shard.repo, shard.shard_id))
+                if cur.fetchone() is None:
+                    return False  # this repo registered the shard before (or a racing replica just did)
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO files VALUES (%s, %s, %s, %s) ON CONFLICT (hash) DO UPDATE SET sha256 = EXCLUDED.sha256 "
+                        "WHERE files.sha256 IS NULL AND EXCLUDED.sha256 IS NOT NULL",
+                        file_rows,
+                    )
+                    cur.executemany("INSERT INTO repo_files VALUES (%s, %s) ON CONFLICT DO NOTHING", repo_file_rows)
+                    cur.executemany("INSERT INTO repo_oids VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", oid_rows)
+                    cur.executemany("INSERT INTO dedup VALUES (%s, %s) ON CONFLICT DO NOTHING", sorted(shard.dedup))
+                return True
+
+        return self._run(work)
+
+    def file_for_oid(self, repo: str, oid: str) -> str | None:
+        row = self._run(lambda conn: conn.execute("SELECT file FROM repo_oids WHERE repo = %s AND oid = %s", (repo, oid)).fetchone())
+        return row[0] if row else None
+
+    def repo_has_file(self, repo: str, file_hex: str) -> bool:
+        row = self._run(lambda conn: conn.execute("SELECT 1 FROM repo_files WHERE repo = %s AND file = %s", (repo, file_hex)).fetchone())
+        return row is not None
+
+    def dedup_xorbs(self, chunk: bytes, limit: int = 8) -> list[str]:
+        rows = self._run(lambda conn: conn.execute("SELECT xorb FROM dedup WHERE chunk_hash = %s LIMIT %s", (chunk, limit)).fetchall())
+        return [r[0] for r in rows]
+
+    # ------------------------------------------------------------------ tokens, stats
+
+    def revoke_token(self, token_id: str, now: int) -> None:
+        self._run(lambda conn: conn.execute("INSERT INTO revoked_tokens VALUES (%s, %s) ON CONFLICT DO NOTHING", (token_id, now)))
+
+    def revoked_token_ids(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self._run(lambda conn: conn.execute("SELECT id FROM revoked_tokens").fetchall()))
+
+    def stats(self) -> dict[str, int]:
+        def work(conn: psycopg.Connection) -> dict[str, int]:
+            return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+        return self._run(work)
