@@ -292,6 +292,51 @@ def _seconds_at_least(floor: int, why: str):
     return parse
 
 
+def _open_store(args: argparse.Namespace, name: str):
+    """The store `--data`/`--index` name, as the server opens it; None (after saying why) if it cannot be opened."""
+    from .storage.cas_store import CasStore
+    from .storage.index_base import StoreError, open_index
+
+    try:
+        return CasStore(args.data, private=True, index=open_index(args.index, args.data))
+    except StoreError as exc:
+        print(f"git-xet {name}: {exc.message}", file=sys.stderr)
+        return None
+
+
+def _cmd_fsck(args: argparse.Namespace) -> int:
+    from .storage.admin import fsck
+
+    store = _open_store(args, "fsck")
+    if store is None:
+        return 1
+    report = fsck(store, progress=lambda line: print(f"git-xet fsck: {line}", file=sys.stderr))
+    store.close()
+    for problem in report.problems:
+        print(f"error: {problem}")
+    for key in report.orphans:
+        print(f"orphan: {key}")
+    print(
+        f"git-xet fsck: {report.xorbs} xorbs and {report.shards} shards checked, {len(report.problems)} problems, "
+        f"{len(report.orphans)} orphaned objects{' (remove with `git xet gc`)' if report.orphans else ''}"
+    )
+    return 0 if report.ok else 1
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from .storage.admin import collect_garbage
+
+    store = _open_store(args, "gc")
+    if store is None:
+        return 1
+    removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
+    store.close()
+    for key in removed:
+        print(f"{'would remove' if args.dry_run else 'removed'}: {key}")
+    print(f"git-xet gc: {len(removed)} orphaned objects older than {args.grace:g} s {'would be ' if args.dry_run else ''}removed")
+    return 0
+
+
 def _add_shared_flags(parser: argparse.ArgumentParser) -> None:
     """Where replicas find their shared index and secret."""
     from pathlib import Path
@@ -402,6 +447,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connections", type=int, default=512, help="open connections beyond this get 503")
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_cmd_serve)
+
+    fsck_cmd = sub.add_parser("fsck", help="check a server's store: every indexed object present and valid; list orphans")
+    fsck_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
+    fsck_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
+    fsck_cmd.set_defaults(func=_cmd_fsck)
+
+    gc_cmd = sub.add_parser("gc", help="remove a server's orphaned objects (failed pushes, abandoned grants) after a grace period")
+    gc_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
+    gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
+    gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
+    gc_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    gc_cmd.set_defaults(func=_cmd_gc)
 
     token = sub.add_parser("token", help="mint (or revoke) a user token for a server")
     token.add_argument("--data", type=Path, help="the server's data directory (its secret and SQLite index, unless given otherwise)")

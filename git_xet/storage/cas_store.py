@@ -101,8 +101,19 @@ class CasStore:
         return created
 
     def _index_xorb(self, xorb_hex: str, verified: VerifiedXorb) -> None:
-        """Index a stored xorb's layout (first one wins: it describes the object first stored)."""
-        self.index.add_xorb(_layout_of(xorb_hex.lower(), verified), len(verified.body))
+        """Index a stored xorb's layout (first one wins: it describes the object first stored).
+
+        The object is checked (and restored from `verified` if gone) under the index's lock on
+        this xorb, which gc also takes: an orphan that gc removed just before a re-upload indexes
+        it again is written back, never indexed while missing."""
+        key = self.xorb_key(xorb_hex)
+
+        def ensure_stored() -> None:
+            if not self.objects.exists(key):
+                log.info("xorb %s was collected while being indexed; storing it again", xorb_hex)
+                self.objects.put(key, verified.body, verified.footer().serialize())
+
+        self.index.add_xorb(_layout_of(xorb_hex.lower(), verified), len(verified.body), before_insert=ensure_stored)
 
     def _index_stored_xorb(self, xorb_hex: str, ours: VerifiedXorb) -> None:
         """Another writer created this xorb's object first: index what it stored.

@@ -103,6 +103,11 @@ class MetadataIndex(Protocol):
         `before_insert` runs first, only when the xorb is absent, while no other writer can
         record this xorb (used to replace a damaged object before indexing it)."""
 
+    def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        """Call `remove` (delete an orphaned object) unless the xorb is indexed; True if it ran.
+        Excludes add_xorb's before_insert for the same xorb, so an object being indexed is never
+        collected and one being collected is restored by its indexer (see CasStore)."""
+
     def xorb_layout(self, xorb_hex: str) -> XorbLayout | None: ...
 
     def iter_xorbs(self) -> Iterator[tuple[str, int]]:

@@ -70,6 +70,11 @@ _PAGE = 10_000
 _ROLLED_BACK = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 
 
+def _lock_xorb(conn: psycopg.Connection, xorb_hex: str) -> None:
+    """Hold, until the transaction ends, the lock that writers and the collector of this xorb share."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (xorb_hex,))
+
+
 class PostgresIndex:
     """MetadataIndex in a PostgreSQL database. Thread-safe: one connection per thread."""
 
@@ -148,13 +153,24 @@ class PostgresIndex:
         def work(conn: psycopg.Connection) -> bool:
             with conn.transaction():
                 if before_insert is not None:
-                    # Writers of this xorb queue here, so only one can run before_insert.
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (layout.hash,))
+                    # Writers (and the collector) of this xorb queue here: one runs before_insert.
+                    _lock_xorb(conn, layout.hash)
                     if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (layout.hash,)).fetchone() is not None:
                         return False
                     before_insert()
                 cur = conn.execute("INSERT INTO xorbs VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", row)
                 return cur.fetchone() is not None
+
+        return self._run(work)
+
+    def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            with conn.transaction():
+                _lock_xorb(conn, xorb_hex)
+                if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (xorb_hex,)).fetchone() is not None:
+                    return False
+                remove()
+                return True
 
         return self._run(work)
 

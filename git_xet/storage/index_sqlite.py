@@ -149,6 +149,13 @@ class SqliteIndex:
             db.execute("INSERT INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)", layout_row(layout, body_size))
         return True
 
+    def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        with self._db() as db:
+            if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone() is not None:
+                return False
+            remove()
+        return True
+
     def xorb_layout(self, xorb_hex: str) -> XorbLayout | None:
         row = self._connection().execute("SELECT chunk_hashes, byte_ends, chunk_sizes FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone()
         return None if row is None else layout_from_row(xorb_hex, *row)
