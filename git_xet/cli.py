@@ -316,9 +316,12 @@ def _cmd_fsck(args: argparse.Namespace) -> int:
         print(f"error: {problem}")
     for key in report.orphans:
         print(f"orphan: {key}")
+    for xorb in report.unused:
+        print(f"unused: {xorb}")
+    removable = report.orphans or report.unused
     print(
         f"git-xet fsck: {report.xorbs} xorbs and {report.shards} shards checked, {len(report.problems)} problems, "
-        f"{len(report.orphans)} orphaned objects{' (remove with `git xet gc`)' if report.orphans else ''}"
+        f"{len(report.orphans)} orphaned objects, {len(report.unused)} unused xorbs{' (remove with `git xet gc`)' if removable else ''}"
     )
     return 0 if report.ok else 1
 
@@ -333,7 +336,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     store.close()
     for key in removed:
         print(f"{'would remove' if args.dry_run else 'removed'}: {key}")
-    print(f"git-xet gc: {len(removed)} orphaned objects older than {args.grace:g} s {'would be ' if args.dry_run else ''}removed")
+    print(f"git-xet gc: {len(removed)} orphaned or unused objects older than {args.grace:g} s {'would be ' if args.dry_run else ''}removed")
     return 0
 
 
@@ -453,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     fsck_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     fsck_cmd.set_defaults(func=_cmd_fsck)
 
-    gc_cmd = sub.add_parser("gc", help="remove a server's orphaned objects (failed pushes, abandoned grants) after a grace period")
+    gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")
     gc_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
     gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")

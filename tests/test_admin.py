@@ -64,7 +64,7 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]]) -> None:
 
     clean = _git_xet("fsck", *flags)
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "3 xorbs and 3 shards checked, 0 problems, 0 orphaned objects" in clean.stdout
+    assert "3 xorbs and 3 shards checked, 0 problems, 0 orphaned objects, 0 unused xorbs" in clean.stdout
 
     # Orphans: a xorb object never indexed, a shard file never registered; one old, one new each.
     orphans = {}
@@ -79,19 +79,32 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]]) -> None:
         store.objects.put(key, body)
         _age(store, key, age)
         orphans[key] = age
+    # Unused: xorbs uploaded (indexed) whose shard never came; one old, one new.
+    unused = {}
+    for i, age in enumerate((3 * 3600, 60)):
+        built, _ = single_xorb(random_bytes(120_000, 480 + i))
+        xorb_hex = hashes.hash_to_hex(built.xorb_hash)
+        assert store.put_xorb(xorb_hex, built.body)
+        _age(store, store.xorb_key(xorb_hex), age)
+        unused[xorb_hex] = age
     listed = _git_xet("fsck", *flags)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert sorted(line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("orphan: ")) == sorted(orphans)
+    assert sorted(line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("unused: ")) == sorted(unused)
 
-    # gc with a 1 h grace: the 3 h old orphans go, the 1 min old ones and everything indexed stay.
+    # gc with a 1 h grace: the 3 h old orphans and unused xorb go, the 1 min old ones and
+    # everything in use stay.
     dry = _git_xet("gc", *flags, "--grace", "3600", "--dry-run")
-    old = sorted(k for k, age in orphans.items() if age > 3600)
+    old = sorted([k for k, age in orphans.items() if age > 3600] + [store.xorb_key(x) for x, age in unused.items() if age > 3600])
     assert sorted(line.split(": ", 1)[1] for line in dry.stdout.splitlines() if line.startswith("would remove")) == old
     assert all(store.objects.exists(k) for k in orphans)
     gc = _git_xet("gc", *flags, "--grace", "3600")
     assert gc.returncode == 0, gc.stdout + gc.stderr
     assert sorted(line.split(": ", 1)[1] for line in gc.stdout.splitlines() if line.startswith("removed")) == old
     assert [store.objects.exists(k) for k in sorted(orphans)] == [orphans[k] <= 3600 for k in sorted(orphans)]
+    for xorb_hex, age in unused.items():
+        assert store.objects.exists(store.xorb_key(xorb_hex)) == (age <= 3600)
+        assert (store.xorb_layout(xorb_hex) is not None) == (age <= 3600)
     assert all(store.objects.exists(store.xorb_key(x)) for x in kept) and all(store.objects.exists(k) for k in shard_keys)
 
     # Damage: one indexed xorb truncated, one deleted, one shard file deleted.

@@ -23,8 +23,19 @@ from hypothesis import strategies as st
 from git_xet.core import hashes
 from git_xet.core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from git_xet.storage.cas_store import CasStore
-from git_xet.storage.index_base import TABLES, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, StoreError, XorbLayout
-from git_xet.storage.index_postgres import PostgresIndex
+from git_xet.storage.index_base import (
+    TABLES,
+    FileRegistration,
+    MetadataIndex,
+    ShardRegistration,
+    StoredFile,
+    StoreError,
+    XorbLayout,
+    layout_row,
+    pack_terms,
+)
+from git_xet.storage.index_postgres import MIGRATIONS, PostgresIndex
+from git_xet.storage.index_sqlite import SCHEMA_VERSION as SQLITE_VERSION
 from git_xet.storage.index_sqlite import SqliteIndex
 from tests.datagen import random_bytes
 from tests.objects import single_xorb
@@ -109,8 +120,10 @@ operations = st.lists(
         st.tuples(st.just("xorb"), layouts, st.integers(1, 2**26)),
         st.tuples(st.just("shard"), shards),
         st.tuples(st.just("revoke"), st.sampled_from(["t1", "t2"]), st.integers(0, 2**40)),
+        st.tuples(st.just("collect_unreferenced"), st.sampled_from(XORBS).map(_hex)),
+        st.tuples(st.just("collect_unindexed"), st.sampled_from(XORBS).map(_hex)),
     ),
-    max_size=12,
+    max_size=14,
 )
 
 
@@ -120,6 +133,7 @@ class Model:
     def __init__(self) -> None:
         self.xorbs: dict[str, tuple[XorbLayout, int]] = {}
         self.files: dict[str, list] = {}
+        self.xorb_refs: set[tuple[str, str]] = set()
         self.dedup: set[tuple[bytes, str]] = set()
         self.shards: dict[str, int] = {}
         self.repo_files: set[tuple[str, str]] = set()
@@ -134,11 +148,16 @@ class Model:
         return True
 
     def register_shard(self, s: ShardRegistration) -> bool:
-        self.shards.setdefault(s.shard_id, s.size)
+        """True, False (a repeat), or StoreError (a xorb its files use is not indexed: no change)."""
         if (s.repo, s.shard_id) in self.repo_shards:
+            self.shards.setdefault(s.shard_id, s.size)
             return False
+        if any(_hex(t.xorb_hash) not in self.xorbs for f in s.files for t in f.terms):
+            raise StoreError(400, "a xorb is not indexed")
+        self.shards.setdefault(s.shard_id, s.size)
         self.repo_shards.add((s.repo, s.shard_id))
         for f in s.files:
+            self.xorb_refs.update((_hex(t.xorb_hash), f.hash) for t in f.terms)
             entry = self.files.setdefault(f.hash, [f.size, f.computed_sha256, f.terms])
             if entry[1] is None:
                 entry[1] = f.computed_sha256
@@ -148,8 +167,15 @@ class Model:
         self.dedup.update(s.dedup)
         return True
 
+    def collect_unreferenced(self, xorb: str) -> bool:
+        if xorb not in self.xorbs or any(x == xorb for x, _ in self.xorb_refs):
+            return False
+        del self.xorbs[xorb]
+        self.dedup = {(c, x) for c, x in self.dedup if x != xorb}
+        return True
+
     def stats(self) -> dict[str, int]:
-        counts = (self.xorbs, self.files, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked)
+        counts = (self.xorbs, self.files, self.xorb_refs, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked)
         return dict(zip(TABLES, map(len, counts)))
 
 
@@ -169,6 +195,7 @@ def _assert_same(index: MetadataIndex, model: Model) -> None:
     for chunk in CHUNKS:
         assert sorted(index.dedup_xorbs(chunk)) == sorted(x for c, x in model.dedup if c == chunk)
     assert index.revoked_token_ids() == frozenset(model.revoked)
+    assert list(index.unreferenced_xorbs()) == sorted(x for x in model.xorbs if not any(r == x for r, _ in model.xorb_refs))
     assert index.stats() == model.stats()
 
 
@@ -184,7 +211,25 @@ def test_index_follows_the_contract(make_index) -> None:
             if op[0] == "xorb":
                 assert index.add_xorb(op[1], op[2]) == model.add_xorb(op[1], op[2])
             elif op[0] == "shard":
-                assert index.register_shard(op[1]) == model.register_shard(op[1])
+                try:
+                    expected: bool | type = model.register_shard(op[1])
+                except StoreError:
+                    expected = StoreError
+                if expected is StoreError:
+                    with pytest.raises(StoreError, match="collected"):
+                        index.register_shard(op[1])
+                else:
+                    assert index.register_shard(op[1]) == expected
+            elif op[0] == "collect_unreferenced":
+                removed: list[str] = []
+                collected = model.collect_unreferenced(op[1])
+                assert index.remove_xorb_if_unreferenced(op[1], lambda: removed.append(op[1])) == collected
+                assert removed == ([op[1]] if collected else [])
+            elif op[0] == "collect_unindexed":
+                removed = []
+                unindexed = op[1] not in model.xorbs
+                assert index.remove_xorb_if_unindexed(op[1], lambda: removed.append(op[1])) == unindexed
+                assert removed == ([op[1]] if unindexed else [])
             else:
                 index.revoke_token(op[1], op[2])
                 model.revoked.setdefault(op[1], op[2])
@@ -197,6 +242,8 @@ def test_concurrent_registrations_of_one_shard_count_once(make_index) -> None:
     """Eight writers, each on its own connection, register the same shard for the same repo:
     exactly one sees it as new; the rows are those of one registration."""
     index = make_index()
+    xorb = XorbLayout(_hex(XORBS[0]), (CHUNKS[0],), (1008,), (1000,))
+    index.add_xorb(xorb, 1008)
     files = tuple(FileRegistration(f, 1000, (FileTerm(XORBS[0], 1000, 0, 1),), None, OIDS[i % 3]) for i, f in enumerate(FILES))
     shard = ShardRegistration("s", 123, "default", files, ((CHUNKS[0], _hex(XORBS[0])),))
     barrier = threading.Barrier(8)
@@ -213,8 +260,43 @@ def test_concurrent_registrations_of_one_shard_count_once(make_index) -> None:
         t.join(timeout=60)
     assert sorted(results) == [False] * 7 + [True]
     model = Model()
+    model.add_xorb(xorb, 1008)
     model.register_shard(shard)
     assert index.stats() == model.stats()
+
+
+def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> None:
+    """A shard using xorb X and gc collecting X, at once, many times: either the shard
+    registers and X stays, or X is collected and the shard is refused; never a file whose
+    xorb is gone."""
+    index = make_index()
+    for round_ in range(15):
+        xorb = XorbLayout(f"{round_:02x}" * 32, (CHUNKS[0],), (1008,), (1000,))
+        index.add_xorb(xorb, 1008)
+        file_hex = f"{0x80 + round_:02x}" * 32
+        shard = ShardRegistration(f"race{round_}", 100, "default", (FileRegistration(file_hex, 1000, (FileTerm(bytes.fromhex(xorb.hash), 1000, 0, 1),), None, None),))
+        outcome: dict[str, object] = {}
+        barrier = threading.Barrier(2)
+
+        def register() -> None:
+            barrier.wait()
+            try:
+                outcome["registered"] = index.register_shard(shard)
+            except StoreError:
+                outcome["registered"] = False
+
+        def collect() -> None:
+            barrier.wait()
+            outcome["collected"] = index.remove_xorb_if_unreferenced(xorb.hash, lambda: None)
+
+        threads = [threading.Thread(target=register), threading.Thread(target=collect)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert sorted(outcome.values()) == [False, True], outcome
+        assert (index.xorb_layout(xorb.hash) is not None) == outcome["registered"]
+        assert index.repo_has_file("default", file_hex) == outcome["registered"]
 
 
 def test_a_damaged_xorb_is_replaced_once_under_concurrency(make_index) -> None:
@@ -273,3 +355,46 @@ def test_the_index_does_not_grow_per_chunk(make_index, tmp_path: Path, seed: int
     assert store.file_by_sha256(hashlib.sha256(data).hexdigest()).hash == hashes.hash_to_hex(digest.file_hash)
     assert b"".join(store.iter_file_bytes(store.get_file(hashes.hash_to_hex(digest.file_hash)))) == data
     store.close()
+
+
+def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
+    """Version 1 had no xorb_refs: opening it adds the table and fills it from the files' terms,
+    keeping every row; gc then sees which xorbs are in use."""
+    index = make_index()
+    used, spare = (XorbLayout(_hex(x), (CHUNKS[0],), (1008,), (1000,)) for x in XORBS[:2])
+    file_hex = FILES[0]
+    terms = (FileTerm(XORBS[0], 1000, 0, 1), FileTerm(XORBS[0], 1000, 0, 1))
+    if isinstance(index, SqliteIndex):
+        for layout in (used, spare):
+            index.add_xorb(layout, 1008)
+        index.register_shard(ShardRegistration("s1", 10, "default", (FileRegistration(file_hex, 2000, terms, None, OIDS[0]),)))
+        with index._db() as db:  # back to version 1's shape
+            db.execute("DROP TABLE xorb_refs")
+            db.execute("PRAGMA user_version = 1")
+        index.close()
+        upgraded: MetadataIndex = SqliteIndex(index.path)
+        assert upgraded._connection().execute("PRAGMA user_version").fetchone()[0] == SQLITE_VERSION
+    else:
+        # A database made by version 1's own migration, with rows written as version 1 wrote them.
+        url = index._url
+        index.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+            with conn.transaction():
+                for step in MIGRATIONS[0]:
+                    conn.execute(step)
+                conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (1)")
+                for layout in (used, spare):
+                    conn.execute("INSERT INTO xorbs VALUES (%s, %s, %s, %s, %s, %s, %s)", layout_row(layout, 1008))
+                conn.execute("INSERT INTO files VALUES (%s, 2000, NULL, %s)", (file_hex, pack_terms(terms)))
+                conn.execute("INSERT INTO repo_files VALUES ('default', %s)", (file_hex,))
+                conn.execute("INSERT INTO repo_oids VALUES ('default', %s, %s)", (OIDS[0], file_hex))
+                conn.execute("INSERT INTO shards VALUES ('s1', 10); INSERT INTO repo_shards VALUES ('default', 's1')")
+        upgraded = PostgresIndex(url)
+        assert upgraded.schema_version() == len(MIGRATIONS) == 2
+    counts = upgraded.stats()
+    assert (counts["xorbs"], counts["files"], counts["xorb_refs"], counts["repo_oids"], counts["repo_shards"]) == (2, 1, 1, 1, 1)
+    assert upgraded.file_for_oid("default", OIDS[0]) == file_hex and upgraded.get_file(file_hex).terms == terms
+    assert list(upgraded.unreferenced_xorbs()) == [spare.hash]
+    assert not upgraded.remove_xorb_if_unreferenced(used.hash, lambda: None)
+    upgraded.close()

@@ -1,13 +1,15 @@
 """Operator checks and cleanup over a store's objects and index: fsck and garbage collection.
 
 fsck: every indexed xorb is present, hashes to its name and matches its indexed layout; every
-registered shard is present and hashes to its id. Objects nothing indexes (orphans: xorbs of
-pushes that never registered a shard, abandoned upload grants, shards refused mid-way) are
-listed; they are not errors.
+registered shard is present and hashes to its id. Listed, not errors: orphans (objects nothing
+indexes: a writer died between object and index, or an upload grant's PUT was never committed)
+and unused xorbs (indexed, but no registered file uses them: pushes whose shard never came).
 
-gc: orphans older than a grace period are removed. The grace period covers the time between an
-object being written and the index naming it (an upload under way); an orphan re-uploaded at
-the moment it is collected is written back by its uploader (CasStore._index_xorb).
+gc: orphans and unused xorbs whose object was last written longer ago than a grace period are
+removed. The grace period covers uploads under way (xorbs go up before the shard that uses
+them). Each removal is atomic with the index's check (see MetadataIndex): a registration using a
+xorb that gc removes at that moment is refused (the client uploads it again), and an orphan
+re-uploaded as it is removed is written back by its uploader (CasStore._index_xorb).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class FsckReport:
     shards: int = 0  # registered shards checked
     problems: list[str] = field(default_factory=list)  # indexed objects missing or invalid
     orphans: list[str] = field(default_factory=list)  # object keys nothing indexes
+    unused: list[str] = field(default_factory=list)  # indexed xorbs no registered file uses
 
     @property
     def ok(self) -> bool:
@@ -101,6 +104,7 @@ def fsck(store: CasStore, progress: Callable[[str], None] | None = None) -> Fsck
             report.problems.append(problem)
     for key, _mtime in _orphans(store, indexed, shard_ids):
         report.orphans.append(key)
+    report.unused = list(store.index.unreferenced_xorbs())
     return report
 
 
@@ -119,13 +123,16 @@ def _orphans(store: CasStore, xorbs: set[str] | None = None, shards: frozenset[s
 
 
 def collect_garbage(store: CasStore, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False, now: float | None = None) -> list[str]:
-    """Remove orphans last written more than `grace_seconds` ago; returns their keys.
+    """Remove orphans and unused xorbs last written more than `grace_seconds` ago; returns
+    their keys.
 
-    Each xorb is removed under the index's lock on it, and only if still unindexed. A shard
-    file is removed if its shard is still unregistered when the xorbs are done (a shard
-    registered in the moment between that check and the removal loses only its audit copy:
-    nothing is served from shard files). Files this store does not write are left alone."""
+    A xorb is removed only atomically with the index's check that it is still unindexed (an
+    orphan) or still unused. A shard file is removed if its shard is still unregistered when
+    the xorbs are done (a shard registered in the moment between that check and the removal
+    loses only its audit copy: nothing is served from shard files). Files this store does not
+    write are left alone."""
     cutoff = (time.time() if now is None else now) - grace_seconds
+    xorb_objects = dict(store.objects.list("xorbs/"))
     candidates = [(key, mtime) for key, mtime in _orphans(store) if mtime <= cutoff and (_xorb_name(key) or _shard_id(key))]
     removed: list[str] = []
     for key, _ in candidates:
@@ -133,6 +140,12 @@ def collect_garbage(store: CasStore, grace_seconds: float = DEFAULT_GRACE_SECOND
         if xorb_hex is None:
             continue
         if dry_run or store.index.remove_xorb_if_unindexed(xorb_hex, lambda key=key: store.objects.delete(key)):
+            removed.append(key)
+    for xorb_hex in list(store.index.unreferenced_xorbs()):
+        key = store.xorb_key(xorb_hex)
+        if xorb_objects.get(key, 0.0) > cutoff:
+            continue  # written recently: its shard may be on its way
+        if dry_run or store.index.remove_xorb_if_unreferenced(xorb_hex, lambda key=key: store.objects.delete(key)):
             removed.append(key)
     registered = store.index.shard_ids()
     for key, _ in candidates:

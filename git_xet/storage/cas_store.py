@@ -87,7 +87,7 @@ class CasStore:
         """
         key = self.xorb_key(xorb_hex)
         expected = hashes.hex_to_hash(xorb_hex)
-        if self.xorb_layout(xorb_hex) is not None:
+        if self.xorb_layout(xorb_hex) is not None and self.objects.exists(key):
             return False
         try:
             verified = verify_xorb(body, expected)

@@ -9,6 +9,7 @@ Nothing here grows one row per chunk (the Hub's scale rule):
 
     xorbs          one row per xorb: its chunk hashes, byte ends and sizes packed in blobs
     files          one row per file: its terms packed (48 bytes per term), its verified sha256
+    xorb_refs      which xorbs each file uses: one row per (file, xorb), what gc keeps alive
     dedup          key chunks only: each file's first chunk, and chunks whose hash makes them
                    eligible for global dedup (~1 in 1024)
     shards         one row per accepted shard
@@ -24,12 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..core.hashes import hash_to_hex
 from ..core.shard import FileTerm
 from .errors import RequestRefused
 
 DEFAULT_REPO = "default"
 # Tables every index holds (stats() counts each), in the order they are described above.
-TABLES = ("xorbs", "files", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens")
+TABLES = ("xorbs", "files", "xorb_refs", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens")
 
 _TERM = struct.Struct("<32sIIII")
 
@@ -119,7 +121,16 @@ class MetadataIndex(Protocol):
 
     def register_shard(self, shard: ShardRegistration) -> bool:
         """Record a shard, all or nothing. False (and nothing new for the repo) when the repo
-        has registered this shard before."""
+        has registered this shard before. StoreError 400 if a xorb its files use is no longer
+        indexed (collected by gc since CasStore checked it)."""
+
+    def unreferenced_xorbs(self) -> Iterator[str]:
+        """Indexed xorbs no registered file uses (uploads whose shard never came), for gc."""
+
+    def remove_xorb_if_unreferenced(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        """Unindex the xorb (and its dedup entries) and call `remove` (delete its object),
+        atomically, unless a registered file uses it; True if it did. Excludes add_xorb's
+        before_insert and registrations using this xorb."""
 
     def file_for_oid(self, repo: str, oid: str) -> str | None: ...
 
@@ -165,6 +176,11 @@ def layout_from_row(xorb_hex: str, blob: bytes, ends: bytes, sizes: bytes) -> Xo
     blob, ends, sizes = bytes(blob), bytes(ends), bytes(sizes)
     chunk_hashes = tuple(blob[i : i + 32] for i in range(0, len(blob), 32))
     return XorbLayout(xorb_hex, chunk_hashes, unpack_u32s(ends), unpack_u32s(sizes))
+
+
+def xorbs_of(terms: tuple[FileTerm, ...]) -> list[str]:
+    """The distinct xorbs (hex) a file's terms use, in order."""
+    return list(dict.fromkeys(hash_to_hex(t.xorb_hash) for t in terms))
 
 
 def pack_terms(terms: tuple[FileTerm, ...]) -> bytes:

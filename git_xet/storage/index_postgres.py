@@ -32,14 +32,31 @@ from .index_base import (
     layout_row,
     pack_terms,
     unpack_terms,
+    xorbs_of,
 )
 
 log = logging.getLogger("git_xet.storage")
 T = TypeVar("T")
 
-# Migration n takes the schema from version n-1 to n; a new database runs them all.
-MIGRATIONS: tuple[str, ...] = (
-    """
+
+
+def _fill_xorb_refs(conn: psycopg.Connection) -> None:
+    """Version 2's xorb_refs, from the terms of the files already registered."""
+    after = ""
+    while True:
+        page = conn.execute("SELECT hash, terms FROM files WHERE hash > %s ORDER BY hash LIMIT %s", (after, _PAGE)).fetchall()
+        with conn.cursor() as cur:
+            rows = [(x, file_hex) for file_hex, blob in page for x in xorbs_of(unpack_terms(blob))]
+            cur.executemany("INSERT INTO xorb_refs VALUES (%s, %s) ON CONFLICT DO NOTHING", rows)
+        if len(page) < _PAGE:
+            return
+        after = page[-1][0]
+
+
+# MIGRATIONS[n - 1] takes the schema from version n-1 to n: steps of SQL, or functions of the
+# connection. A new database runs them all; all run in one transaction.
+MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection], None], ...], ...] = (
+    ("""
     CREATE TABLE xorbs (
         hash TEXT PRIMARY KEY,
         num_chunks INTEGER NOT NULL,
@@ -61,7 +78,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE repo_oids (repo TEXT NOT NULL, oid TEXT NOT NULL, file TEXT NOT NULL, PRIMARY KEY (repo, oid));
     CREATE TABLE repo_shards (repo TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (repo, id));
     CREATE TABLE revoked_tokens (id TEXT PRIMARY KEY, revoked_at BIGINT NOT NULL);
-    """,
+    """,),
+    # 2: which xorbs each file uses, so gc can tell a failed push's xorbs from live ones.
+    ("""
+    CREATE TABLE xorb_refs (xorb TEXT NOT NULL, file TEXT NOT NULL, PRIMARY KEY (xorb, file));
+    CREATE INDEX dedup_by_xorb ON dedup (xorb);
+    """, _fill_xorb_refs),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _MIGRATION_LOCK = 0x67697478  # advisory lock key held while migrating ("gitx")
@@ -131,9 +153,13 @@ class PostgresIndex:
             version = 0 if row is None else row[0]
             if version > SCHEMA_VERSION:
                 raise StoreError(500, f"the index database was written by a newer git-xet (schema version {version}); upgrade git-xet")
-            for number in range(version + 1, SCHEMA_VERSION + 1):
-                conn.execute(MIGRATIONS[number - 1])
-                log.info("index database upgraded to schema version %d", number)
+            for step in (step for steps in MIGRATIONS[version:] for step in steps):
+                if callable(step):
+                    step(conn)
+                else:
+                    conn.execute(step)
+            if version < SCHEMA_VERSION:
+                log.info("index database upgraded from schema version %d to %d", version, SCHEMA_VERSION)
             if row is None:
                 conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
             elif version < SCHEMA_VERSION:
@@ -174,6 +200,37 @@ class PostgresIndex:
 
         return self._run(work)
 
+    def unreferenced_xorbs(self) -> Iterator[str]:
+        after = ""
+        while True:
+            page = self._run(
+                lambda conn: conn.execute(
+                    "SELECT hash FROM xorbs WHERE hash > %s AND NOT EXISTS (SELECT 1 FROM xorb_refs WHERE xorb = hash) ORDER BY hash LIMIT %s",
+                    (after, _PAGE),
+                ).fetchall()
+            )
+            yield from (r[0] for r in page)
+            if len(page) < _PAGE:
+                return
+            after = page[-1][0]
+
+    def remove_xorb_if_unreferenced(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            with conn.transaction():
+                _lock_xorb(conn, xorb_hex)
+                # The row lock waits for registrations holding this xorb FOR SHARE; the next
+                # statement's snapshot then sees the references they committed.
+                if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s FOR UPDATE", (xorb_hex,)).fetchone() is None:
+                    return False
+                if conn.execute("SELECT 1 FROM xorb_refs WHERE xorb = %s LIMIT 1", (xorb_hex,)).fetchone() is not None:
+                    return False
+                conn.execute("DELETE FROM dedup WHERE xorb = %s", (xorb_hex,))
+                conn.execute("DELETE FROM xorbs WHERE hash = %s", (xorb_hex,))
+                remove()
+                return True
+
+        return self._run(work)
+
     def xorb_layout(self, xorb_hex: str) -> XorbLayout | None:
         row = self._run(lambda conn: conn.execute("SELECT chunk_hashes, byte_ends, chunk_sizes FROM xorbs WHERE hash = %s", (xorb_hex,)).fetchone())
         return None if row is None else layout_from_row(xorb_hex, *row)
@@ -207,6 +264,8 @@ class PostgresIndex:
         file_rows = [(f.hash, f.size, f.computed_sha256, pack_terms(f.terms)) for f in shard.files]
         oid_rows = [(shard.repo, f.oid, f.hash) for f in shard.files if f.oid is not None]
         repo_file_rows = sorted({(shard.repo, f.hash) for f in shard.files})
+        ref_rows = sorted({(x, f.hash) for f in shard.files for x in xorbs_of(f.terms)})
+        used = sorted({x for x, _ in ref_rows})
 
         def work(conn: psycopg.Connection) -> bool:
             with conn.transaction():
@@ -214,7 +273,13 @@ class PostgresIndex:
                 cur = conn.execute("INSERT INTO repo_shards VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1", (shard.repo, shard.shard_id))
                 if cur.fetchone() is None:
                     return False  # this repo registered the shard before (or a racing replica just did)
+                # Hold the xorbs the files use against gc until we commit (and see that none went).
+                present = conn.execute("SELECT hash FROM xorbs WHERE hash = ANY(%s) ORDER BY hash FOR SHARE", (used,)).fetchall()
+                if len(present) != len(used):
+                    gone = sorted(set(used) - {r[0] for r in present})[0]
+                    raise StoreError(400, f"xorb {gone} was collected as unused before this shard arrived; upload it again")
                 with conn.cursor() as cur:
+                    cur.executemany("INSERT INTO xorb_refs VALUES (%s, %s) ON CONFLICT DO NOTHING", ref_rows)
                     cur.executemany(
                         "INSERT INTO files VALUES (%s, %s, %s, %s) ON CONFLICT (hash) DO UPDATE SET sha256 = EXCLUDED.sha256 "
                         "WHERE files.sha256 IS NULL AND EXCLUDED.sha256 IS NOT NULL",

@@ -24,6 +24,7 @@ from .index_base import (
     layout_row,
     pack_terms,
     unpack_terms,
+    xorbs_of,
 )
 
 _SCHEMA = """
@@ -42,11 +43,17 @@ CREATE TABLE IF NOT EXISTS files (
     sha256 TEXT,                     -- computed by the server from the bytes; NULL until then
     terms BLOB NOT NULL              -- 48-byte FileDataSequenceEntry per term
 );
+CREATE TABLE IF NOT EXISTS xorb_refs (    -- which xorbs each file uses (gc keeps these)
+    xorb TEXT NOT NULL,
+    file TEXT NOT NULL,
+    PRIMARY KEY (xorb, file)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dedup (
     chunk_hash BLOB NOT NULL,
     xorb TEXT NOT NULL,
     PRIMARY KEY (chunk_hash, xorb)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dedup_by_xorb ON dedup (xorb);
 CREATE TABLE IF NOT EXISTS shards (
     id TEXT PRIMARY KEY,
     size INTEGER NOT NULL
@@ -73,7 +80,7 @@ CREATE TABLE IF NOT EXISTS revoked_tokens (
 );
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Version 0 had one namespace and stored every sha256 a client claimed. Its files become the
 # files of the repo DEFAULT_REPO (what tokens name unless told otherwise); its claimed sha256s
 # become that repo's oids, but no longer count as verified.
@@ -109,6 +116,9 @@ class SqliteIndex:
                 if had_files and version == 0:
                     for statement in _MIGRATE_FROM_0.strip().split(";\n"):
                         db.execute(statement)
+                if had_files and version < 2:  # version 2 added xorb_refs: fill it from the files' terms
+                    for file_hex, blob in db.execute("SELECT hash, terms FROM files").fetchall():
+                        db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, file_hex) for x in xorbs_of(unpack_terms(blob))])
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _connection(self) -> sqlite3.Connection:
@@ -156,6 +166,20 @@ class SqliteIndex:
             remove()
         return True
 
+    def unreferenced_xorbs(self) -> Iterator[str]:
+        rows = self._connection().execute("SELECT hash FROM xorbs WHERE NOT EXISTS (SELECT 1 FROM xorb_refs WHERE xorb = hash) ORDER BY hash")
+        yield from (r[0] for r in rows.fetchall())
+
+    def remove_xorb_if_unreferenced(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        with self._db() as db:
+            if db.execute("SELECT 1 FROM xorb_refs WHERE xorb = ? LIMIT 1", (xorb_hex,)).fetchone() is not None:
+                return False
+            if db.execute("DELETE FROM xorbs WHERE hash = ?", (xorb_hex,)).rowcount == 0:
+                return False
+            db.execute("DELETE FROM dedup WHERE xorb = ?", (xorb_hex,))
+            remove()
+        return True
+
     def xorb_layout(self, xorb_hex: str) -> XorbLayout | None:
         row = self._connection().execute("SELECT chunk_hashes, byte_ends, chunk_sizes FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone()
         return None if row is None else layout_from_row(xorb_hex, *row)
@@ -181,7 +205,12 @@ class SqliteIndex:
             if db.execute("SELECT 1 FROM repo_shards WHERE repo = ? AND id = ?", (shard.repo, shard.shard_id)).fetchone():
                 return False
             db.execute("INSERT INTO repo_shards VALUES (?, ?)", (shard.repo, shard.shard_id))
+            used = sorted({x for f in shard.files for x in xorbs_of(f.terms)})
+            for xorb_hex in used:  # gc may have collected one since CasStore checked (we hold the write lock now)
+                if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone() is None:
+                    raise StoreError(400, f"xorb {xorb_hex} was collected as unused before this shard arrived; upload it again")
             for f in shard.files:
+                db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, f.hash) for x in xorbs_of(f.terms)])
                 db.execute("INSERT OR IGNORE INTO files VALUES (?, ?, ?, ?)", (f.hash, f.size, f.computed_sha256, pack_terms(f.terms)))
                 if f.computed_sha256 is not None:
                     db.execute("UPDATE files SET sha256 = ? WHERE hash = ? AND sha256 IS NULL", (f.computed_sha256, f.hash))
