@@ -340,6 +340,24 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_copy_index(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .storage.index_base import StoreError, copy_index, open_index
+
+    try:
+        source = open_index(args.index, args.data)
+        target = open_index(args.to, Path(args.to)) if args.to.startswith(("postgresql://", "postgres://")) else open_index(None, Path(args.to))
+        copied = copy_index(source, target)
+    except StoreError as exc:
+        print(f"git-xet copy-index: {exc.message}", file=sys.stderr)
+        return 1
+    source.close()
+    target.close()
+    print("git-xet copy-index: copied " + ", ".join(f"{n} {table}" for table, n in copied.items()))
+    return 0
+
+
 def _add_shared_flags(parser: argparse.ArgumentParser) -> None:
     """Where replicas find their shared index and secret."""
     from pathlib import Path
@@ -462,6 +480,14 @@ def build_parser() -> argparse.ArgumentParser:
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
     gc_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc_cmd.set_defaults(func=_cmd_gc)
+
+    copy_cmd = sub.add_parser(
+        "copy-index", help="copy a server's index into another (e.g. SQLite in --data into PostgreSQL); stop the servers first"
+    )
+    copy_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory")
+    copy_cmd.add_argument("--index", metavar="URL", help="the index to copy from (default: SQLite in --data)")
+    copy_cmd.add_argument("--to", required=True, metavar="URL_OR_DIR", help="postgresql://USER@HOST/DB, or a directory for a SQLite index")
+    copy_cmd.set_defaults(func=_cmd_copy_index)
 
     token = sub.add_parser("token", help="mint (or revoke) a user token for a server")
     token.add_argument("--data", type=Path, help="the server's data directory (its secret and SQLite index, unless given otherwise)")

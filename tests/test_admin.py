@@ -157,3 +157,29 @@ def test_an_orphan_collected_while_it_is_reuploaded_is_never_indexed_missing(sto
     assert not store.index.remove_xorb_if_unindexed(xorb_hex, lambda: store.objects.delete(key))
     assert store.objects.exists(key)
     store.close()
+
+
+def test_copy_index_moves_a_sqlite_store_onto_postgres(tmp_path: Path, postgres: Postgres) -> None:
+    """`git xet copy-index` from the embedded SQLite index into PostgreSQL: every row arrives, the
+    copied store answers the same queries and passes fsck, and running the copy again changes nothing."""
+    data = tmp_path / "data"
+    store = CasStore(data)
+    inputs = [random_bytes(150_000 + i, 490 + i) for i in range(3)]
+    for data_bytes in inputs:
+        _register(store, data_bytes)
+    store.revoke_token("tok1", 1234)
+    before = store.stats()
+    store.close()
+    url = postgres.create_database(f"copy_{secrets.token_hex(6)}")
+    for _ in range(2):
+        copy = _git_xet("copy-index", "--data", str(data), "--to", url)
+        assert copy.returncode == 0, copy.stdout + copy.stderr
+    moved = CasStore(data, index=PostgresIndex(url))
+    assert moved.stats() == before
+    for data_bytes in inputs:
+        stored = moved.file_by_sha256(hashlib.sha256(data_bytes).hexdigest())
+        assert stored is not None and b"".join(moved.iter_file_bytes(stored)) == data_bytes
+    assert moved.revoked_token_ids() == {"tok1"}
+    moved.close()
+    checked = _git_xet("fsck", "--data", str(data), "--index", url)
+    assert checked.returncode == 0 and "3 xorbs and 3 shards checked, 0 problems" in checked.stdout, checked.stdout + checked.stderr

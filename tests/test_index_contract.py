@@ -31,6 +31,7 @@ from git_xet.storage.index_base import (
     StoredFile,
     StoreError,
     XorbLayout,
+    copy_index,
     layout_row,
     pack_terms,
 )
@@ -398,3 +399,24 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
     assert list(upgraded.unreferenced_xorbs()) == [spare.hash]
     assert not upgraded.remove_xorb_if_unreferenced(used.hash, lambda: None)
     upgraded.close()
+
+
+def test_copy_index_between_implementations(postgres: Postgres, tmp_path: Path) -> None:
+    """Rows copied from SQLite into PostgreSQL and from there into a new SQLite file arrive
+    unchanged, in several batches per table."""
+    source = SqliteIndex(tmp_path / "source.sqlite")
+    for i, x in enumerate(XORBS):
+        source.add_xorb(XorbLayout(_hex(x), (CHUNKS[i], CHUNKS[i + 1]), (1008, 2016), (1000, 1000)), 2016)
+    for i, file_hex in enumerate(FILES[:3]):
+        files = (FileRegistration(file_hex, 2000, (FileTerm(XORBS[i], 2000, 0, 2),), OIDS[i], OIDS[i]),)
+        source.register_shard(ShardRegistration(f"s{i}", 10 + i, REPOS[i % 2], files, ((CHUNKS[i], _hex(XORBS[i])),)))
+    source.revoke_token("t", 5)
+    middle = PostgresIndex(postgres.create_database(f"copy_{next(_names)}"))
+    target = SqliteIndex(tmp_path / "target.sqlite")
+    assert copy_index(source, middle, batch=2) == source.stats() == middle.stats()
+    assert copy_index(middle, target, batch=2) == source.stats() == target.stats()
+    for table in TABLES:
+        rows = sorted(source.export_rows(table))
+        assert sorted(middle.export_rows(table)) == rows == sorted(target.export_rows(table)), table
+    for index in (source, middle, target):
+        index.close()

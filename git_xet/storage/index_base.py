@@ -32,6 +32,18 @@ from .errors import RequestRefused
 DEFAULT_REPO = "default"
 # Tables every index holds (stats() counts each), in the order they are described above.
 TABLES = ("xorbs", "files", "xorb_refs", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens")
+# Each table's columns, in the order export_rows gives and import_rows takes them.
+COLUMNS = {
+    "xorbs": ("hash", "num_chunks", "body_size", "unpacked_size", "chunk_hashes", "byte_ends", "chunk_sizes"),
+    "files": ("hash", "size", "sha256", "terms"),
+    "xorb_refs": ("xorb", "file"),
+    "dedup": ("chunk_hash", "xorb"),
+    "shards": ("id", "size"),
+    "repo_files": ("repo", "file"),
+    "repo_oids": ("repo", "oid", "file"),
+    "repo_shards": ("repo", "id"),
+    "revoked_tokens": ("id", "revoked_at"),
+}
 
 _TERM = struct.Struct("<32sIIII")
 
@@ -145,6 +157,12 @@ class MetadataIndex(Protocol):
     def stats(self) -> dict[str, int]:
         """Rows per table (TABLES), for operators and for tests that show nothing changed."""
 
+    def export_rows(self, table: str) -> Iterator[tuple]:
+        """Every row of a table (COLUMNS order), for copying an index."""
+
+    def import_rows(self, table: str, rows: list[tuple]) -> None:
+        """Add rows (COLUMNS order) in one transaction; rows already there are kept."""
+
     def close(self) -> None: ...
 
 
@@ -189,6 +207,25 @@ def pack_terms(terms: tuple[FileTerm, ...]) -> bytes:
 
 def unpack_terms(blob: bytes) -> tuple[FileTerm, ...]:
     return tuple(FileTerm(x, u, s, e, f) for x, f, u, s, e in _TERM.iter_unpack(bytes(blob)))
+
+
+def copy_index(source: MetadataIndex, target: MetadataIndex, batch: int = 10_000) -> dict[str, int]:
+    """Copy every row of `source` into `target` (run with the servers stopped); returns the rows
+    read per table. Idempotent: a copy interrupted half-way is finished by running it again."""
+    copied: dict[str, int] = {}
+    for table in TABLES:
+        rows: list[tuple] = []
+        copied[table] = 0
+        for row in source.export_rows(table):
+            rows.append(row)
+            if len(rows) >= batch:
+                target.import_rows(table, rows)
+                copied[table] += len(rows)
+                rows = []
+        if rows:
+            target.import_rows(table, rows)
+            copied[table] += len(rows)
+    return copied
 
 
 def open_index(url: str | None, data_dir: Path) -> MetadataIndex:

@@ -22,6 +22,7 @@ from typing import TypeVar
 import psycopg
 
 from .index_base import (
+    COLUMNS,
     TABLES,
     IndexUnavailable,
     ShardRegistration,
@@ -317,3 +318,26 @@ class PostgresIndex:
             return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
 
         return self._run(work)
+
+    def export_rows(self, table: str) -> Iterator[tuple]:
+        columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller
+        key = ", ".join(columns)  # every column together is unique: pages ordered by all of them
+        last: tuple | None = None
+        while True:
+            where = f"WHERE ({key}) > ({', '.join(['%s'] * len(columns))})" if last else ""
+            query = f"SELECT {key} FROM {table} {where} ORDER BY {key} LIMIT {_PAGE}"
+            page = self._run(lambda conn: conn.execute(query, last or ()).fetchall())
+            yield from (tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in page)
+            if len(page) < _PAGE:
+                return
+            last = page[-1]
+
+    def import_rows(self, table: str, rows: list[tuple]) -> None:
+        columns = COLUMNS[table]
+        query = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) ON CONFLICT DO NOTHING"
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(query, rows)
+
+        self._run(work)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .index_base import (
+    COLUMNS,
     DEFAULT_REPO,
     TABLES,
     ShardRegistration,
@@ -243,3 +244,12 @@ class SqliteIndex:
     def stats(self) -> dict[str, int]:
         conn = self._connection()
         return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+    def export_rows(self, table: str) -> Iterator[tuple]:
+        columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller
+        yield from self._connection().execute(f"SELECT {', '.join(columns)} FROM {table}")
+
+    def import_rows(self, table: str, rows: list[tuple]) -> None:
+        columns = COLUMNS[table]
+        with self._db() as db:
+            db.executemany(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", rows)
