@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -144,3 +146,19 @@ def test_postgres_restarted_mid_push(tmp_path: Path, cluster: Cluster, postgres:
 
     _push_while(g, work, cluster, restart)
     _assert_clone(g, files)
+
+
+def test_a_replica_without_a_shared_secret_refuses_to_start(tmp_path: Path, postgres: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --index, a secret only in --data would differ per replica: serve says what to do."""
+    monkeypatch.delenv("GIT_XET_SERVER_SECRET", raising=False)
+    url = postgres.create_database(f"nosecret_{secrets.token_hex(4)}")
+    out = subprocess.run(
+        [sys.executable, "-m", "git_xet", "serve", "--data", str(tmp_path / "d"), "--index", url, "--port", "0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1 and not out.stdout
+    assert "GIT_XET_SERVER_SECRET" in out.stderr and "--secret-file" in out.stderr
+    secret = tmp_path / "secret"
+    secret.write_text(secrets.token_hex(32))
+    with running_server(tmp_path / "d", "--index", url, "--secret-file", str(secret)) as srv:
+        assert srv.process.poll() is None  # the same command with --secret-file runs

@@ -107,9 +107,8 @@ class CasApp:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        # The secret first: a replica without one fails before it touches the database.
-        self.signer = Signer(load_secret(config.data_dir, config.secret_file, shared=config.index_url is not None))
         self.store = CasStore(config.data_dir, private=True, index=open_index(config.index_url, config.data_dir))
+        self.signer = Signer(load_secret(config.data_dir, config.secret_file, shared=config.index_url is not None))
         self._revoked: frozenset[str] = frozenset()
         self._revoked_at = float("-inf")
         self._validations: asyncio.Semaphore | None = None
