@@ -200,28 +200,34 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"git-xet serve: the server needs extra packages ({exc.name}); install with: pip install 'git-xet[server]'", file=sys.stderr)
         return 1
     limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections)
-    return serve(args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl, not args.no_upload_grants, limits)
+    return serve(
+        args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl,
+        not args.no_upload_grants, limits, args.index, args.secret_file,
+    )  # fmt: skip
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
     import os
     import time
 
-    # With $GIT_XET_SERVER_SECRET the secret does not come from --data: nothing to mistype.
-    problem = None if os.environ.get("GIT_XET_SERVER_SECRET") else _not_a_server_data_dir(args.data)
+    from .server.auth import AuthError, SecretError, Signer, load_secret
+
+    if args.revoke and args.index is None and args.data is None:
+        print("git-xet token: --revoke needs the server's index: --index postgresql://... or --data DIR", file=sys.stderr)
+        return 2
+    # Only a secret read from --data can be mistyped into a fresh one (env and --secret-file cannot).
+    from_data_dir = args.secret_file is None and not os.environ.get("GIT_XET_SERVER_SECRET") and args.data is not None
+    problem = _not_a_server_data_dir(args.data) if from_data_dir else None
     if problem:
         print(f"git-xet token: {problem}", file=sys.stderr)
         return 1
-
-    from .server.auth import AuthError, SecretError, Signer, load_or_create_secret
-
     try:
-        signer = Signer(load_or_create_secret(args.data))
+        signer = Signer(load_secret(args.data, args.secret_file))
     except SecretError as exc:
         print(f"git-xet token: {exc}", file=sys.stderr)
         return 1
     if args.revoke:
-        from .storage.cas_store import CasStore
+        from .storage.index_base import StoreError, open_index
 
         token_id = args.revoke
         if token_id.count(".") == 2:  # a whole token: revoke it by its id
@@ -230,7 +236,13 @@ def _cmd_token(args: argparse.Namespace) -> int:
             except AuthError as exc:
                 print(f"git-xet token: cannot revoke that token: {exc.message}", file=sys.stderr)
                 return 1
-        CasStore(args.data, private=True).revoke_token(token_id, int(time.time()))
+        try:
+            index = open_index(args.index, args.data)
+            index.revoke_token(token_id, int(time.time()))
+            index.close()
+        except StoreError as exc:
+            print(f"git-xet token: {exc.message}", file=sys.stderr)
+            return 1
         print(f"git-xet: revoked token {token_id} and every CAS token minted from it (servers notice within a second)")
         return 0
     token, claims = signer.mint_user(args.scope, args.ttl, args.repo)
@@ -240,7 +252,7 @@ def _cmd_token(args: argparse.Namespace) -> int:
         print(json.dumps({"accessToken": token, "exp": claims.exp, "id": claims.id, "repo": claims.repo, "scope": claims.scope}))
     else:
         print(token)
-        print(f"git-xet: token {claims.id} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --data {args.data} --revoke {claims.id}`", file=sys.stderr)
+        print(f"git-xet: token {claims.id} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --revoke {claims.id}` and this command's --data/--index", file=sys.stderr)
     return 0
 
 
@@ -278,6 +290,84 @@ def _seconds_at_least(floor: int, why: str):
         return value
 
     return parse
+
+
+def _open_store(args: argparse.Namespace, name: str):
+    """The store `--data`/`--index` name, as the server opens it; None (after saying why) if it cannot be opened."""
+    from .storage.cas_store import CasStore
+    from .storage.index_base import StoreError, open_index
+
+    try:
+        return CasStore(args.data, private=True, index=open_index(args.index, args.data))
+    except StoreError as exc:
+        print(f"git-xet {name}: {exc.message}", file=sys.stderr)
+        return None
+
+
+def _cmd_fsck(args: argparse.Namespace) -> int:
+    from .storage.admin import fsck
+
+    store = _open_store(args, "fsck")
+    if store is None:
+        return 1
+    report = fsck(store, progress=lambda line: print(f"git-xet fsck: {line}", file=sys.stderr))
+    store.close()
+    for problem in report.problems:
+        print(f"error: {problem}")
+    for key in report.orphans:
+        print(f"orphan: {key}")
+    for xorb in report.unused:
+        print(f"unused: {xorb}")
+    removable = report.orphans or report.unused
+    print(
+        f"git-xet fsck: {report.xorbs} xorbs and {report.shards} shards checked, {len(report.problems)} problems, "
+        f"{len(report.orphans)} orphaned objects, {len(report.unused)} unused xorbs{' (remove with `git xet gc`)' if removable else ''}"
+    )
+    return 0 if report.ok else 1
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from .storage.admin import collect_garbage
+
+    store = _open_store(args, "gc")
+    if store is None:
+        return 1
+    removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
+    store.close()
+    for key in removed:
+        print(f"{'would remove' if args.dry_run else 'removed'}: {key}")
+    print(f"git-xet gc: {len(removed)} orphaned or unused objects older than {args.grace:g} s {'would be ' if args.dry_run else ''}removed")
+    return 0
+
+
+def _cmd_copy_index(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .storage.index_base import StoreError, copy_index, open_index
+
+    try:
+        source = open_index(args.index, args.data)
+        target = open_index(args.to, Path(args.to)) if args.to.startswith(("postgresql://", "postgres://")) else open_index(None, Path(args.to))
+        copied = copy_index(source, target)
+    except StoreError as exc:
+        print(f"git-xet copy-index: {exc.message}", file=sys.stderr)
+        return 1
+    source.close()
+    target.close()
+    print("git-xet copy-index: copied " + ", ".join(f"{n} {table}" for table, n in copied.items()))
+    return 0
+
+
+def _add_shared_flags(parser: argparse.ArgumentParser) -> None:
+    """Where replicas find their shared index and secret."""
+    from pathlib import Path
+
+    parser.add_argument(
+        "--index", metavar="URL", help="a shared index, postgresql://USER@HOST/DB (password from ~/.pgpass or $PGPASSWORD); default: SQLite in --data"
+    )
+    parser.add_argument(
+        "--secret-file", type=Path, help="the signing secret (else $GIT_XET_SERVER_SECRET, else <data>/secret; required with --index unless the env is set)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -357,8 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     transfer = sub.add_parser("transfer", help="the Git LFS custom transfer agent (run by git-lfs, not by hand)")
     transfer.set_defaults(func=_cmd_transfer)
 
-    serve = sub.add_parser("serve", help="run the XET CAS server (disk + SQLite)")
-    serve.add_argument("--data", type=Path, required=True, help="data directory (created if missing)")
+    serve = sub.add_parser("serve", help="run the XET CAS server (disk + SQLite, or disk + PostgreSQL for replicas)")
+    serve.add_argument("--data", type=Path, required=True, help="data directory: objects, and the SQLite index unless --index (created if missing)")
+    _add_shared_flags(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080, help="0 picks a free port (printed on stdout)")
     serve.add_argument(
@@ -378,8 +469,29 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_cmd_serve)
 
-    token = sub.add_parser("token", help="mint (or revoke) a user token for a server's data directory")
-    token.add_argument("--data", type=Path, required=True)
+    fsck_cmd = sub.add_parser("fsck", help="check a server's store: every indexed object present and valid; list orphans")
+    fsck_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
+    fsck_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
+    fsck_cmd.set_defaults(func=_cmd_fsck)
+
+    gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")
+    gc_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
+    gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
+    gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
+    gc_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    gc_cmd.set_defaults(func=_cmd_gc)
+
+    copy_cmd = sub.add_parser(
+        "copy-index", help="copy a server's index into another (e.g. SQLite in --data into PostgreSQL); stop the servers first"
+    )
+    copy_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory")
+    copy_cmd.add_argument("--index", metavar="URL", help="the index to copy from (default: SQLite in --data)")
+    copy_cmd.add_argument("--to", required=True, metavar="URL_OR_DIR", help="postgresql://USER@HOST/DB, or a directory for a SQLite index")
+    copy_cmd.set_defaults(func=_cmd_copy_index)
+
+    token = sub.add_parser("token", help="mint (or revoke) a user token for a server")
+    token.add_argument("--data", type=Path, help="the server's data directory (its secret and SQLite index, unless given otherwise)")
+    _add_shared_flags(token)
     token.add_argument("--scope", choices=["read", "write"], default="write")
     token.add_argument("--ttl", type=int, default=90 * 24 * 3600, help="lifetime in seconds (default: 90 days)")
     token.add_argument(

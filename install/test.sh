@@ -4,4 +4,5 @@
 EXTRAS=test source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
 bash "$ROOT/install/peers.sh"
+bash "$ROOT/install/services.sh"
 exec "$VENV/bin/python" -m pytest "$@"

@@ -19,6 +19,7 @@ class RunningServer:
     url: str
     data_dir: Path
     process: subprocess.Popen
+    log_name: str = "server.log"
 
     def token(self, scope: str = "write", ttl: int = 3600, repo: str = "default") -> str:
         """A user token for `repo` (the repo standalone clients and hf-xet act on by default)."""
@@ -29,14 +30,17 @@ class RunningServer:
         return out.stdout.strip()
 
     def log(self) -> str:
-        return (self.data_dir.parent / "server.log").read_text(errors="replace")
+        return (self.data_dir.parent / self.log_name).read_text(errors="replace")
 
 
 @contextmanager
-def running_server(data_dir: Path, *extra: str, port: int = 0, wrapper: tuple[str, ...] = ()) -> Iterator[RunningServer]:
+def running_server(
+    data_dir: Path, *extra: str, port: int = 0, wrapper: tuple[str, ...] = (), log_name: str = "server.log"
+) -> Iterator[RunningServer]:
     """`git xet serve --data data_dir ...` on 127.0.0.1, run through `wrapper` (a command that
-    execs the rest of its arguments, e.g. to give the server its own mounts) when given."""
-    log_path = data_dir.parent / "server.log"
+    execs the rest of its arguments, e.g. to give the server its own mounts) when given; its
+    stderr goes to `log_name` beside data_dir (replicas sharing a directory each have their own)."""
+    log_path = data_dir.parent / log_name
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -57,7 +61,7 @@ def running_server(data_dir: Path, *extra: str, port: int = 0, wrapper: tuple[st
                 time.sleep(0.05)
         else:
             raise RuntimeError("server never answered /health")
-        yield RunningServer(url, data_dir, proc)
+        yield RunningServer(url, data_dir, proc, log_name)
     finally:
         proc.terminate()
         try:

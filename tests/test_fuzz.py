@@ -196,8 +196,10 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> RunningServer:
 
 def _row_counts(data_dir: Path) -> dict[str, int]:
     store = CasStore(data_dir)
-    with store._db() as db:
-        return {table: db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in ("xorbs", "files", "dedup", "shards")}
+    try:
+        return store.stats()
+    finally:
+        store.close()
 
 
 @settings(max_examples=150, deadline=10_000, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -47,12 +47,12 @@ def _stored_xorb_bytes(srv: RunningServer) -> int:
 
 def _snapshot(srv: RunningServer) -> tuple:
     """Everything a client could observe: object files and index rows."""
-    import sqlite3
-
     files = sorted(str(p.relative_to(srv.data_dir)) for p in (srv.data_dir / "xorbs").rglob("*") if p.is_file())
-    with sqlite3.connect(srv.data_dir / "index.sqlite") as db:
-        rows = tuple(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("xorbs", "files", "dedup", "shards"))
-    return tuple(files), rows
+    store = CasStore(srv.data_dir)
+    try:
+        return tuple(files), store.stats()
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------- hf-xet as the client

@@ -34,7 +34,7 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.shard import ShardFooter, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES
-from .auth import KINDS, Claims, Signer, load_or_create_secret
+from .auth import KINDS, Claims, Signer, load_secret
 from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
 from ..storage.errors import RequestRefused
 from .grants import Grants
@@ -42,6 +42,7 @@ from .hub import HubEmulation, hub_routes
 from ..storage.planning import plan_reconstruction
 from .reconstruction import RangeNotSatisfiable, parse_range_header, with_signed_urls
 from ..storage.cas_store import CasStore, StoredFile
+from ..storage.index_base import open_index
 
 log = logging.getLogger("git_xet.server")
 
@@ -69,6 +70,9 @@ class ServerConfig:
     cas_token_ttl: int = 900  # CAS tokens handed out by the Hub emulation (the Hub uses ~15 min)
     upload_grants: bool = True  # offer hf-xet's upload-grant flow (else clients use POST /v1/xorbs)
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    # A shared index (postgresql://...) that replicas of this server use together; None: SQLite in data_dir.
+    index_url: str | None = None
+    secret_file: Path | None = None  # where the signing secret is, unless $GIT_XET_SERVER_SECRET
 
 
 DISK_FULL = "the server's disk is full; free space or grow its volume, then push again"
@@ -104,8 +108,8 @@ class CasApp:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.store = CasStore(config.data_dir, private=True)
-        self.signer = Signer(load_or_create_secret(config.data_dir))
+        self.store = CasStore(config.data_dir, private=True, index=open_index(config.index_url, config.data_dir))
+        self.signer = Signer(load_secret(config.data_dir, config.secret_file, shared=config.index_url is not None))
         self._revoked: frozenset[str] = frozenset()
         self._revoked_at = float("-inf")
         self._validations: asyncio.Semaphore | None = None
@@ -260,8 +264,8 @@ class CasApp:
                         update.cancel()
             try:
                 inserted = work.result()
-            except RequestRefused as exc:
-                error = {"type": "error", "message": exc.message, "retryable": False}
+            except RequestRefused as exc:  # 5xx (the index unreachable): the client may retry
+                error = {"type": "error", "message": exc.message, "retryable": exc.status >= 500}
                 if exc.code is not None:
                     error["code"] = exc.code
                 yield frame(error)

@@ -64,8 +64,38 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def read_secret_file(path: Path) -> bytes:
+    """A secret kept in a file (--secret-file: a mounted secret, shared by every replica)."""
+    try:
+        value = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise SecretError(f"cannot read the secret file {path}: {exc.strerror or exc}") from None
+    if len(value) < MIN_SECRET_BYTES:
+        raise SecretError(f"{path} holds {len(value)} bytes; the secret must be at least {MIN_SECRET_BYTES} (e.g. `openssl rand -hex 32 > {path}`)")
+    return value
+
+
+def load_secret(data_dir: Path | None, secret_file: Path | None = None, shared: bool = False) -> bytes:
+    """The server secret: $GIT_XET_SERVER_SECRET, else `secret_file`, else <data>/secret
+    (created 0600 on first use). `shared` (replicas on a shared index): the data directory is
+    not where a secret every replica must hold can come from, so one of the first two is required."""
+    env = os.environ.get("GIT_XET_SERVER_SECRET")
+    if env:
+        return env.encode("utf-8")
+    if secret_file is not None:
+        return read_secret_file(secret_file)
+    if shared:
+        raise SecretError(
+            "with a shared index every replica needs the same secret: set $GIT_XET_SERVER_SECRET or pass --secret-file "
+            "(e.g. a file made with `openssl rand -hex 32`)"
+        )
+    if data_dir is None:
+        raise SecretError("no server secret: set $GIT_XET_SERVER_SECRET, or pass --secret-file or --data")
+    return load_or_create_secret(data_dir)
+
+
 def load_or_create_secret(data_dir: Path) -> bytes:
-    """The server secret: $GIT_XET_SERVER_SECRET, else <data>/secret (created 0600 on first use)."""
+    """The secret in <data>/secret (created 0600 on first use), or $GIT_XET_SERVER_SECRET."""
     env = os.environ.get("GIT_XET_SERVER_SECRET")
     if env:
         return env.encode("utf-8")

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..storage.index_base import StoreError
 from ..storage.objects import DirectoryObjectStore
 from .app import ServerConfig, create_app
 from .auth import SecretError
@@ -68,6 +69,8 @@ def serve(
     cas_token_ttl: int = 900,
     upload_grants: bool = True,
     limits: Limits = Limits(),
+    index_url: str | None = None,
+    secret_file: Path | None = None,
 ) -> int:
     import uvicorn
 
@@ -82,7 +85,10 @@ def serve(
     os.umask(0o077)  # the data directory is private: 0700 directories, 0600 files
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     data_dir = Path(data_dir)
-    if lock_data_dir(data_dir) is None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # With its SQLite index a data directory has one server; with a shared index, replicas
+    # share the objects directory (writes are atomic renames; temp-file cleanup takes the writers' lock).
+    if index_url is None and lock_data_dir(data_dir) is None:
         holder = (data_dir / "server.lock").read_text().strip() or "?"
         print(f"git-xet serve: {data_dir} is in use by another git-xet server (pid {holder}); stop it or use another --data", file=sys.stderr)
         return 1
@@ -90,8 +96,8 @@ def serve(
     if removed:
         log.info("removed %d temp files left by an interrupted write", removed)
     try:
-        app = create_app(ServerConfig(data_dir, public_url, url_ttl, cas_token_ttl, upload_grants, limits.idle_timeout))
-    except SecretError as exc:
+        app = create_app(ServerConfig(data_dir, public_url, url_ttl, cas_token_ttl, upload_grants, limits.idle_timeout, index_url, secret_file))
+    except (SecretError, StoreError) as exc:
         print(f"git-xet serve: {exc}", file=sys.stderr)
         return 1
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -1,106 +1,42 @@
-"""Server-side storage: xorbs and shards as files, indexes in SQLite.
+"""Server-side storage: verified objects in an ObjectStore, what exists in a MetadataIndex.
 
 Object keys (in an ObjectStore; by default files under the data directory)::
 
     xorbs/<2 hex>/<xorb hash>   stored xorbs, with their CasObjectInfo footer
     shards/<shard id>.mdb       every accepted shard (upload form), kept as the audit trail
 
-and <data>/index.sqlite: xorb registry, file reconstructions, dedup index, and per repo: the
-files it registered and its Git LFS oids (sha256 -> file). Xorbs and file reconstructions are
+The index (index_base; SQLite in the data directory by default, or PostgreSQL) holds the xorb
+registry, file reconstructions, the dedup index over key chunks, and per repo: the files it
+registered and its Git LFS oids (sha256 -> file). Xorbs and file reconstructions are
 content-addressed and shared by every repo (global dedup); what a repo may read, and what an oid
 means in it, is per repo. An oid maps to a file only when the server computed that file's sha256
 itself (or the caller vouches for the claim: the in-process local store), and a mapping, once
 made, is never replaced.
 
-Everything that is visible through the API is in SQLite and is committed in one transaction
-per request, after the objects it refers to are durable on disk: a crash never exposes a file
-whose xorbs are missing.
+CasStore does the verification and decides the order of writes: everything visible through the
+API is in the index, committed in one transaction per request, after the objects it refers to
+are durable: a crash never exposes a file whose xorbs are missing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import sqlite3
-import struct
-import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import hashes
 from ..core.errors import FormatError
-from ..core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileTerm, Shard, parse_shard
+from ..core.shard import CasInfo, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, decode_chunk, parse_chunk_records, verify_xorb
-from .errors import MISSING_XORB, RequestRefused
+from .errors import MISSING_XORB
+from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, StoreError, XorbLayout, open_index
 from .objects import DirectoryObjectStore, ObjectStore
 from .work_budget import check_reference_budget
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS xorbs (
-    hash TEXT PRIMARY KEY,
-    num_chunks INTEGER NOT NULL,
-    body_size INTEGER NOT NULL,
-    unpacked_size INTEGER NOT NULL,
-    chunk_hashes BLOB NOT NULL,      -- 32 bytes per chunk
-    byte_ends BLOB NOT NULL,         -- u32 LE per chunk: end of chunk record in the xorb
-    chunk_sizes BLOB NOT NULL        -- u32 LE per chunk: uncompressed size
-);
-CREATE TABLE IF NOT EXISTS files (
-    hash TEXT PRIMARY KEY,
-    size INTEGER NOT NULL,
-    sha256 TEXT,                     -- computed by the server from the bytes; NULL until then
-    terms BLOB NOT NULL              -- 48-byte FileDataSequenceEntry per term
-);
-CREATE TABLE IF NOT EXISTS dedup (
-    chunk_hash BLOB NOT NULL,
-    xorb TEXT NOT NULL,
-    PRIMARY KEY (chunk_hash, xorb)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS shards (
-    id TEXT PRIMARY KEY,
-    size INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS repo_files (   -- a repo reads only the files it registered
-    repo TEXT NOT NULL,
-    file TEXT NOT NULL,
-    PRIMARY KEY (repo, file)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS repo_oids (    -- Git LFS oid -> file, per repo; first mapping wins
-    repo TEXT NOT NULL,
-    oid TEXT NOT NULL,
-    file TEXT NOT NULL,
-    PRIMARY KEY (repo, oid)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS repo_shards (  -- shards each repo has registered (result 0 on repeats)
-    repo TEXT NOT NULL,
-    id TEXT NOT NULL,
-    PRIMARY KEY (repo, id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS revoked_tokens (
-    id TEXT PRIMARY KEY,
-    revoked_at INTEGER NOT NULL
-);
-"""
-
-SCHEMA_VERSION = 1
-# Version 0 had one namespace and stored every sha256 a client claimed. Its files become the
-# files of the repo DEFAULT_REPO (what tokens name unless told otherwise); its claimed sha256s
-# become that repo's oids, but no longer count as verified.
-_MIGRATE_FROM_0 = """
-INSERT OR IGNORE INTO repo_files SELECT 'default', hash FROM files;
-INSERT OR IGNORE INTO repo_oids SELECT 'default', sha256, hash FROM files WHERE sha256 IS NOT NULL;
-INSERT OR IGNORE INTO repo_shards SELECT 'default', id FROM shards;
-UPDATE files SET sha256 = NULL;
-DROP INDEX IF EXISTS files_by_sha256;
-"""
-
-DEFAULT_REPO = "default"
 # How often (in bytes of file content) a sha256 verification reports progress.
 PROGRESS_STEP = 8 * 1024 * 1024
 
-_TERM = struct.Struct("<32sIIII")
 log = logging.getLogger("git_xet.storage")
 # Chunks a shard's files may reference in all: 512 GiB of file data at the 64 KiB average chunk.
 # Checking a file costs ~3 us and ~120 bytes per referenced chunk (~25 s, ~1 GB at this bound),
@@ -109,107 +45,26 @@ log = logging.getLogger("git_xet.storage")
 MAX_SHARD_CHUNK_REFERENCES = 1 << 23
 
 
-class StoreError(RequestRefused):
-    """The store refuses an object or query (invalid, inconsistent, or references missing data)."""
-
-
-@dataclass(frozen=True)
-class XorbLayout:
-    """What the server knows of a stored xorb without reading it."""
-
-    hash: str
-    chunk_hashes: tuple[bytes, ...]
-    byte_ends: tuple[int, ...]
-    chunk_sizes: tuple[int, ...]
-
-    def byte_range(self, chunk_start: int, chunk_end: int) -> tuple[int, int]:
-        """Inclusive byte range of chunks [chunk_start, chunk_end) in the stored xorb."""
-        start = self.byte_ends[chunk_start - 1] if chunk_start else 0
-        return start, self.byte_ends[chunk_end - 1] - 1
-
-
-@dataclass(frozen=True)
-class StoredFile:
-    hash: str
-    size: int
-    sha256: str | None
-    terms: tuple[FileTerm, ...]
-
-
-def _pack_u32s(values: tuple[int, ...]) -> bytes:
-    return struct.pack(f"<{len(values)}I", *values)
-
-
-def _unpack_u32s(blob: bytes) -> tuple[int, ...]:
-    return struct.unpack(f"<{len(blob) // 4}I", blob)
-
-
-def _insert_layout(db: sqlite3.Connection, xorb_hex: str, verified: VerifiedXorb) -> None:
-    """Index a stored xorb's layout (first one wins: it describes the object first stored)."""
-    db.execute(
-        "INSERT OR IGNORE INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (
-            xorb_hex.lower(),
-            len(verified.chunk_hashes),
-            len(verified.body),
-            sum(verified.chunk_sizes),
-            b"".join(verified.chunk_hashes),
-            _pack_u32s(verified.byte_ends),
-            _pack_u32s(verified.chunk_sizes),
-        ),
-    )
+def _layout_of(xorb_hex: str, verified: VerifiedXorb) -> XorbLayout:
+    return XorbLayout(xorb_hex, tuple(verified.chunk_hashes), tuple(verified.byte_ends), tuple(verified.chunk_sizes))
 
 
 class CasStore:
-    """The server's objects and indexes. Thread-safe: one SQLite connection per thread."""
+    """The server's objects and index. Thread-safe (the index keeps a connection per thread)."""
 
-    def __init__(self, root: Path, objects: ObjectStore | None = None, private: bool = False) -> None:
-        """`private`: the data directory is for this process's user only (0700 directories,
-        0600 files), as a server's must be; a serverless local store follows the umask."""
+    def __init__(self, root: Path, objects: ObjectStore | None = None, private: bool = False, index: MetadataIndex | None = None) -> None:
+        """`root`: the data directory (objects, unless `objects` is given; the SQLite index,
+        unless `index` is given). `private`: it is for this process's user only (0700
+        directories, 0600 files), as a server's must be; a serverless local store follows the umask."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
         if private:
             self.root.chmod(0o700)
         self.objects: ObjectStore = objects or DirectoryObjectStore(self.root, file_mode=0o600 if private else 0o644)
-        self._local = threading.local()
-        self._migrate()
+        self.index: MetadataIndex = index if index is not None else open_index(None, self.root)
 
-    def _migrate(self) -> None:
-        conn = self._connection()
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(500, f"{self.root} was written by a newer git-xet (index version {version}); upgrade git-xet")
-        had_files = conn.execute("SELECT name FROM sqlite_master WHERE name = 'files'").fetchone() is not None
-        conn.executescript(_SCHEMA)  # idempotent; executescript commits itself
-        if version < SCHEMA_VERSION:
-            with self._db() as db:
-                if had_files and version == 0:
-                    for statement in _MIGRATE_FROM_0.strip().split(";\n"):
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _connection(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.root / "index.sqlite", timeout=60, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            self._local.conn = conn
-        return conn
-
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        """A transaction: committed on success, rolled back on any error."""
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    def close(self) -> None:
+        self.index.close()
 
     @staticmethod
     def xorb_key(xorb_hex: str) -> str:
@@ -233,7 +88,7 @@ class CasStore:
         """
         key = self.xorb_key(xorb_hex)
         expected = hashes.hex_to_hash(xorb_hex)
-        if self.xorb_layout(xorb_hex) is not None:
+        if self.xorb_layout(xorb_hex) is not None and self.objects.exists(key):
             return False
         try:
             verified = verify_xorb(body, expected)
@@ -247,36 +102,41 @@ class CasStore:
         return created
 
     def _index_xorb(self, xorb_hex: str, verified: VerifiedXorb) -> None:
-        with self._db() as db:
-            _insert_layout(db, xorb_hex, verified)
+        """Index a stored xorb's layout (first one wins: it describes the object first stored).
+
+        The object is checked (and restored from `verified` if gone) under the index's lock on
+        this xorb, which gc also takes: an orphan that gc removed just before a re-upload indexes
+        it again is written back, never indexed while missing."""
+        key = self.xorb_key(xorb_hex)
+
+        def ensure_stored() -> None:
+            if not self.objects.exists(key):
+                log.info("xorb %s was collected while being indexed; storing it again", xorb_hex)
+                self.objects.put(key, verified.body, verified.footer().serialize())
+
+        self.index.add_xorb(_layout_of(xorb_hex.lower(), verified), len(verified.body), before_insert=ensure_stored)
 
     def _index_stored_xorb(self, xorb_hex: str, ours: VerifiedXorb) -> None:
         """Another writer created this xorb's object first: index what it stored.
 
-        An object that no longer verifies (damaged on disk) is replaced by ours, under the
-        index's write lock so that no second replacement can slip in between.
+        An object that no longer verifies (damaged on disk) is replaced by ours, while the
+        index lets no other writer record this xorb, so that no second replacement can slip in.
         """
         key = self.xorb_key(xorb_hex)
         try:
             verified = verify_xorb(self.objects.read(key), hashes.hex_to_hash(xorb_hex))
         except FormatError:
-            with self._db() as db:
-                if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex.lower(),)).fetchone() is None:
-                    log.warning("xorb %s was damaged on disk; replacing it with a verified upload", xorb_hex)
-                    self.objects.put(key, ours.body, ours.footer().serialize())
-                    _insert_layout(db, xorb_hex, ours)
+
+            def replace() -> None:
+                log.warning("xorb %s was damaged on disk; replacing it with a verified upload", xorb_hex)
+                self.objects.put(key, ours.body, ours.footer().serialize())
+
+            self.index.add_xorb(_layout_of(xorb_hex.lower(), ours), len(ours.body), before_insert=replace)
             return
         self._index_xorb(xorb_hex, verified)
 
     def xorb_layout(self, xorb_hex: str) -> XorbLayout | None:
-        row = self._connection().execute(
-            "SELECT chunk_hashes, byte_ends, chunk_sizes FROM xorbs WHERE hash = ?", (xorb_hex.lower(),)
-        ).fetchone()
-        if row is None:
-            return None
-        blob, ends, sizes = row
-        chunk_hashes = tuple(blob[i : i + 32] for i in range(0, len(blob), 32))
-        return XorbLayout(xorb_hex.lower(), chunk_hashes, _unpack_u32s(ends), _unpack_u32s(sizes))
+        return self.index.xorb_layout(xorb_hex.lower())
 
     def layouts_for(self, stored: StoredFile) -> dict[str, XorbLayout]:
         """The layout of every xorb a stored file uses; StoreError 500 if one is missing."""
@@ -436,53 +296,37 @@ class CasStore:
             oids[stored.hash] = computed[stored.hash] = actual
 
         self.objects.put(f"shards/{shard_id}.mdb", body)
-        with self._db() as db:
-            db.execute("INSERT OR IGNORE INTO shards VALUES (?, ?)", (shard_id, len(body)))
-            if db.execute("SELECT 1 FROM repo_shards WHERE repo = ? AND id = ?", (repo, shard_id)).fetchone():
-                return False
-            db.execute("INSERT INTO repo_shards VALUES (?, ?)", (repo, shard_id))
-            for info in shard.files:
-                name = hashes.hash_to_hex(info.file_hash)
-                db.execute(
-                    "INSERT OR IGNORE INTO files VALUES (?, ?, ?, ?)",
-                    (
-                        name,
-                        info.size,
-                        computed.get(name),
-                        b"".join(_TERM.pack(t.xorb_hash, t.cas_flags, t.unpacked_bytes, t.chunk_start, t.chunk_end) for t in info.terms),
-                    ),
-                )
-                if name in computed:
-                    db.execute("UPDATE files SET sha256 = ? WHERE hash = ? AND sha256 IS NULL", (computed[name], name))
-                db.execute("INSERT OR IGNORE INTO repo_files VALUES (?, ?)", (repo, name))
-                if name in oids:
-                    db.execute("INSERT OR IGNORE INTO repo_oids VALUES (?, ?, ?)", (repo, oids[name], name))
-                if info.terms:  # the first chunk of every file is a dedup entry point
-                    first = info.terms[0]
-                    digest = layouts[first.xorb_hash].chunk_hashes[first.chunk_start]
-                    db.execute("INSERT OR IGNORE INTO dedup VALUES (?, ?)", (digest, hashes.hash_to_hex(first.xorb_hash)))
-            for info in shard.cas:
-                xorb_hex = hashes.hash_to_hex(info.xorb_hash)
-                for chunk in info.chunks:
-                    if chunk.flags & CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE or hashes.is_global_dedup_eligible(chunk.chunk_hash):
-                        db.execute("INSERT OR IGNORE INTO dedup VALUES (?, ?)", (chunk.chunk_hash, xorb_hex))
-        return True
+        files = []
+        for info in shard.files:
+            name = hashes.hash_to_hex(info.file_hash)
+            files.append(FileRegistration(name, info.size, info.terms, computed.get(name), oids.get(name)))
+        return self.index.register_shard(ShardRegistration(shard_id, len(body), repo, tuple(files), self._dedup_entries(shard, layouts)))
+
+    @staticmethod
+    def _dedup_entries(shard: Shard, layouts: dict[bytes, XorbLayout]) -> tuple[tuple[bytes, str], ...]:
+        """Key chunks only: each file's first chunk, and the shard's chunks whose hash makes them
+        eligible for global dedup (~1 in 1024). The client's eligibility flag is not trusted:
+        honouring it would let a client put one dedup row per chunk into the index."""
+        entries: set[tuple[bytes, str]] = set()
+        for info in shard.files:
+            if info.terms:
+                first = info.terms[0]
+                entries.add((layouts[first.xorb_hash].chunk_hashes[first.chunk_start], hashes.hash_to_hex(first.xorb_hash)))
+        for cas in shard.cas:
+            xorb_hex = hashes.hash_to_hex(cas.xorb_hash)
+            entries.update((c.chunk_hash, xorb_hex) for c in cas.chunks if hashes.is_global_dedup_eligible(c.chunk_hash))
+        return tuple(sorted(entries))
 
     def _verified_sha256(self, file_hex: str) -> str | None:
-        row = self._connection().execute("SELECT sha256 FROM files WHERE hash = ?", (file_hex,)).fetchone()
-        return row[0] if row else None
+        stored = self.index.get_file(file_hex)
+        return stored.sha256 if stored else None
 
     # ------------------------------------------------------------------ queries
 
     def get_file(self, file_hex: str) -> StoredFile | None:
         if not hashes.is_hash_hex(file_hex):
             raise StoreError(400, f"invalid file hash {file_hex[:80]!r}")
-        row = self._connection().execute("SELECT size, sha256, terms FROM files WHERE hash = ?", (file_hex.lower(),)).fetchone()
-        if row is None:
-            return None
-        size, sha256, blob = row
-        terms = tuple(FileTerm(x, u, s, e, f) for x, f, u, s, e in _TERM.iter_unpack(blob))
-        return StoredFile(file_hex.lower(), size, sha256, terms)
+        return self.index.get_file(file_hex.lower())
 
     def iter_file_bytes(self, stored: StoredFile) -> Iterator[bytes | memoryview]:
         """The file's bytes, term by term, each chunk checked against its stored hash."""
@@ -504,34 +348,29 @@ class CasStore:
 
     def file_by_sha256(self, oid: str, repo: str = DEFAULT_REPO) -> StoredFile | None:
         """The XET file that this Git LFS oid (sha256) names in `repo`, if any."""
-        row = self._connection().execute("SELECT file FROM repo_oids WHERE repo = ? AND oid = ?", (repo, oid.lower())).fetchone()
-        return self.get_file(row[0]) if row else None
+        file_hex = self.index.file_for_oid(repo, oid.lower())
+        return self.get_file(file_hex) if file_hex else None
 
     def repo_has_file(self, repo: str, file_hex: str) -> bool:
         """Whether `repo` registered this file (and so may read it)."""
-        row = self._connection().execute("SELECT 1 FROM repo_files WHERE repo = ? AND file = ?", (repo, file_hex.lower())).fetchone()
-        return row is not None
+        return self.index.repo_has_file(repo, file_hex.lower())
 
     def stats(self) -> dict[str, int]:
         """How many of each thing the index holds (for operators, and tests that must show an
         attack changed nothing)."""
-        conn = self._connection()
-        tables = ("xorbs", "files", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens")
-        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
+        return self.index.stats()
 
     # ------------------------------------------------------------------ token revocation
 
     def revoke_token(self, token_id: str, now: int) -> None:
         """Put a user token's id on the revocation list (tokens minted from it die with it)."""
-        with self._db() as db:
-            db.execute("INSERT OR IGNORE INTO revoked_tokens VALUES (?, ?)", (token_id, now))
+        self.index.revoke_token(token_id, now)
 
     def revoked_token_ids(self) -> frozenset[str]:
-        return frozenset(r[0] for r in self._connection().execute("SELECT id FROM revoked_tokens"))
+        return self.index.revoked_token_ids()
 
     def dedup_xorbs(self, chunk: bytes, limit: int = 8) -> list[str]:
-        rows = self._connection().execute("SELECT xorb FROM dedup WHERE chunk_hash = ? LIMIT ?", (chunk, limit)).fetchall()
-        return [r[0] for r in rows]
+        return self.index.dedup_xorbs(chunk, limit)
 
     def dedup_shard(self, chunk: bytes) -> Shard | None:
         """The CAS blocks of the xorbs holding `chunk` (unkeyed; the caller keys them)."""

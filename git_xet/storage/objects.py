@@ -39,6 +39,13 @@ class ObjectStore(Protocol):
 
     def exists(self, key: str) -> bool: ...
 
+    def list(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """(key, last-modified time) of every complete object whose key starts with `prefix`
+        (for fsck and gc; never a writer's temp file)."""
+
+    def delete(self, key: str) -> None:
+        """Remove an object (no error if it is absent)."""
+
 
 class DirectoryObjectStore:
     """Objects as files under a root directory; keys are relative paths of safe characters.
@@ -90,6 +97,23 @@ class DirectoryObjectStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def list(self, prefix: str) -> Iterator[tuple[str, float]]:
+        top = self._path(prefix.rstrip("/"))
+        if not top.is_dir():
+            return
+        for path in sorted(top.rglob("*")):
+            if path.name.startswith("."):
+                continue
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:  # deleted since the directory was read
+                continue
+            if path.is_file():
+                yield path.relative_to(self.root).as_posix(), mtime
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
     def remove_abandoned_temp_files(self) -> int:
         """Delete the temp files of writers that died mid-write; returns how many.

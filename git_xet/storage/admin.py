@@ -1,0 +1,160 @@
+"""Operator checks and cleanup over a store's objects and index: fsck and garbage collection.
+
+fsck: every indexed xorb is present, hashes to its name and matches its indexed layout; every
+registered shard is present and hashes to its id. Listed, not errors: orphans (objects nothing
+indexes: a writer died between object and index, or an upload grant's PUT was never committed)
+and unused xorbs (indexed, but no registered file uses them: pushes whose shard never came).
+
+gc: orphans and unused xorbs whose object was last written longer ago than a grace period are
+removed. The grace period covers uploads under way (xorbs go up before the shard that uses
+them). Each removal is atomic with the index's check (see MetadataIndex): a registration using a
+xorb that gc removes at that moment is refused (the client uploads it again), and an orphan
+re-uploaded as it is removed is written back by its uploader (CasStore._index_xorb).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ..core import hashes
+from ..core.errors import FormatError
+from ..core.shard import parse_shard
+from ..core.xorb import verify_xorb
+from .cas_store import CasStore
+
+log = logging.getLogger("git_xet.storage")
+
+DEFAULT_GRACE_SECONDS = 24 * 3600
+
+
+@dataclass
+class FsckReport:
+    xorbs: int = 0  # indexed xorbs checked
+    shards: int = 0  # registered shards checked
+    problems: list[str] = field(default_factory=list)  # indexed objects missing or invalid
+    orphans: list[str] = field(default_factory=list)  # object keys nothing indexes
+    unused: list[str] = field(default_factory=list)  # indexed xorbs no registered file uses
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _xorb_name(key: str) -> str | None:
+    name = key.rsplit("/", 1)[-1]
+    return name if key.startswith("xorbs/") and hashes.is_hash_hex(name) else None
+
+
+def _shard_id(key: str) -> str | None:
+    name = key.rsplit("/", 1)[-1]
+    return name.removesuffix(".mdb") if key.startswith("shards/") and name.endswith(".mdb") else None
+
+
+def _check_xorb(store: CasStore, xorb_hex: str) -> str | None:
+    """What is wrong with an indexed xorb's object, or None."""
+    key = store.xorb_key(xorb_hex)
+    try:
+        data = store.objects.read(key)
+    except FileNotFoundError:
+        return f"xorb {xorb_hex}: indexed but missing from the object store"
+    try:
+        verified = verify_xorb(data, hashes.hex_to_hash(xorb_hex))
+    except FormatError as exc:
+        return f"xorb {xorb_hex}: damaged ({exc})"
+    layout = store.xorb_layout(xorb_hex)
+    if layout is None or (tuple(verified.chunk_hashes), tuple(verified.byte_ends)) != (layout.chunk_hashes, layout.byte_ends):
+        return f"xorb {xorb_hex}: the stored object's chunks differ from its indexed layout"
+    return None
+
+
+def _check_shard(store: CasStore, shard_id: str) -> str | None:
+    try:
+        body = store.objects.read(f"shards/{shard_id}.mdb")
+    except FileNotFoundError:
+        return f"shard {shard_id}: registered but missing from the object store"
+    if hashes.hash_to_hex(hashes.keyed_hash(bytes(32), body)) != shard_id:
+        return f"shard {shard_id}: its bytes do not hash to its id"
+    try:
+        parse_shard(body)
+    except FormatError as exc:
+        return f"shard {shard_id}: unreadable ({exc})"
+    return None
+
+
+def fsck(store: CasStore, progress: Callable[[str], None] | None = None) -> FsckReport:
+    """Check every indexed object (reading and hashing each) and list the orphans."""
+    report = FsckReport()
+    indexed: set[str] = set()
+    for xorb_hex, _size in store.index.iter_xorbs():
+        indexed.add(xorb_hex)
+        report.xorbs += 1
+        problem = _check_xorb(store, xorb_hex)
+        if problem:
+            report.problems.append(problem)
+        if progress is not None and report.xorbs % 1000 == 0:
+            progress(f"{report.xorbs} xorbs checked")
+    shard_ids = store.index.shard_ids()
+    for shard_id in sorted(shard_ids):
+        report.shards += 1
+        problem = _check_shard(store, shard_id)
+        if problem:
+            report.problems.append(problem)
+    for key, _mtime in _orphans(store, indexed, shard_ids):
+        report.orphans.append(key)
+    report.unused = list(store.index.unreferenced_xorbs())
+    return report
+
+
+def _orphans(store: CasStore, xorbs: set[str] | None = None, shards: frozenset[str] | None = None) -> Iterator[tuple[str, float]]:
+    """(key, mtime) of objects the index does not name (by the index as read before listing)."""
+    if xorbs is None:
+        xorbs = {x for x, _ in store.index.iter_xorbs()}
+    if shards is None:
+        shards = store.index.shard_ids()
+    for key, mtime in store.objects.list("xorbs/"):
+        if _xorb_name(key) not in xorbs:
+            yield key, mtime
+    for key, mtime in store.objects.list("shards/"):
+        if _shard_id(key) not in shards:
+            yield key, mtime
+
+
+def collect_garbage(store: CasStore, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False, now: float | None = None) -> list[str]:
+    """Remove orphans and unused xorbs last written more than `grace_seconds` ago; returns
+    their keys.
+
+    A xorb is removed only atomically with the index's check that it is still unindexed (an
+    orphan) or still unused. A shard file is removed if its shard is still unregistered when
+    the xorbs are done (a shard registered in the moment between that check and the removal
+    loses only its audit copy: nothing is served from shard files). Files this store does not
+    write are left alone."""
+    cutoff = (time.time() if now is None else now) - grace_seconds
+    xorb_objects = dict(store.objects.list("xorbs/"))
+    candidates = [(key, mtime) for key, mtime in _orphans(store) if mtime <= cutoff and (_xorb_name(key) or _shard_id(key))]
+    removed: list[str] = []
+    for key, _ in candidates:
+        xorb_hex = _xorb_name(key)
+        if xorb_hex is None:
+            continue
+        if dry_run or store.index.remove_xorb_if_unindexed(xorb_hex, lambda key=key: store.objects.delete(key)):
+            removed.append(key)
+    for xorb_hex in list(store.index.unreferenced_xorbs()):
+        key = store.xorb_key(xorb_hex)
+        if xorb_objects.get(key, 0.0) > cutoff:
+            continue  # written recently: its shard may be on its way
+        if dry_run or store.index.remove_xorb_if_unreferenced(xorb_hex, lambda key=key: store.objects.delete(key)):
+            removed.append(key)
+    registered = store.index.shard_ids()
+    for key, _ in candidates:
+        shard_id = _shard_id(key)
+        if shard_id is None or shard_id in registered:
+            continue
+        if not dry_run:
+            store.objects.delete(key)
+        removed.append(key)
+    for key in removed:
+        log.info("gc: %s %s", "would remove" if dry_run else "removed", key)
+    return removed

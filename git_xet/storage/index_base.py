@@ -1,0 +1,243 @@
+"""The server's metadata index: what exists and who may read it, behind one interface.
+
+CasStore verifies objects and decides the order of writes (object durable first, then the
+index); a MetadataIndex only records what CasStore has verified, each registration in one
+transaction. Two implementations: SQLite in the data directory (the embedded default,
+index_sqlite) and PostgreSQL (index_postgres), which any number of server replicas share.
+
+Nothing here grows one row per chunk (the Hub's scale rule):
+
+    xorbs          one row per xorb: its chunk hashes, byte ends and sizes packed in blobs
+    files          one row per file: its terms packed (48 bytes per term), its verified sha256
+    xorb_refs      which xorbs each file uses: one row per (file, xorb), what gc keeps alive
+    dedup          key chunks only: each file's first chunk, and chunks whose hash makes them
+                   eligible for global dedup (~1 in 1024)
+    shards         one row per accepted shard
+    repo_files, repo_oids, repo_shards   per repo: files it registered, its Git LFS oids
+    revoked_tokens user token ids put on the revocation list
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..core.hashes import hash_to_hex
+from ..core.shard import FileTerm
+from .errors import RequestRefused
+
+DEFAULT_REPO = "default"
+# Tables every index holds (stats() counts each), in the order they are described above.
+TABLES = ("xorbs", "files", "xorb_refs", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens")
+# Each table's columns, in the order export_rows gives and import_rows takes them.
+COLUMNS = {
+    "xorbs": ("hash", "num_chunks", "body_size", "unpacked_size", "chunk_hashes", "byte_ends", "chunk_sizes"),
+    "files": ("hash", "size", "sha256", "terms"),
+    "xorb_refs": ("xorb", "file"),
+    "dedup": ("chunk_hash", "xorb"),
+    "shards": ("id", "size"),
+    "repo_files": ("repo", "file"),
+    "repo_oids": ("repo", "oid", "file"),
+    "repo_shards": ("repo", "id"),
+    "revoked_tokens": ("id", "revoked_at"),
+}
+
+_TERM = struct.Struct("<32sIIII")
+
+
+class StoreError(RequestRefused):
+    """The store refuses an object or query (invalid, inconsistent, or references missing data)."""
+
+
+class IndexUnavailable(StoreError):
+    """The index database cannot be reached right now (restarting, network): retry later."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(503, message)
+
+
+@dataclass(frozen=True)
+class XorbLayout:
+    """What the server knows of a stored xorb without reading it."""
+
+    hash: str
+    chunk_hashes: tuple[bytes, ...]
+    byte_ends: tuple[int, ...]
+    chunk_sizes: tuple[int, ...]
+
+    def byte_range(self, chunk_start: int, chunk_end: int) -> tuple[int, int]:
+        """Inclusive byte range of chunks [chunk_start, chunk_end) in the stored xorb."""
+        start = self.byte_ends[chunk_start - 1] if chunk_start else 0
+        return start, self.byte_ends[chunk_end - 1] - 1
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    hash: str
+    size: int
+    sha256: str | None
+    terms: tuple[FileTerm, ...]
+
+
+@dataclass(frozen=True)
+class FileRegistration:
+    """One file of a shard, as CasStore verified it."""
+
+    hash: str
+    size: int
+    terms: tuple[FileTerm, ...]
+    computed_sha256: str | None  # computed here from the bytes: recorded as the file's sha256
+    oid: str | None  # the Git LFS oid to map in the repo (computed, known, or vouched for)
+
+
+@dataclass(frozen=True)
+class ShardRegistration:
+    """Everything one accepted shard adds to the index, written in one transaction."""
+
+    shard_id: str
+    size: int
+    repo: str
+    files: tuple[FileRegistration, ...]
+    dedup: tuple[tuple[bytes, str], ...] = field(default=())  # (key chunk hash, xorb hex)
+
+
+class MetadataIndex(Protocol):
+    """The index's contract (tests/test_index_contract.py checks every implementation).
+
+    Writes are idempotent and first-writer-wins: a xorb's layout, a file's terms, a verified
+    sha256 and an oid mapping, once recorded, are never replaced. Every method is safe to call
+    from many threads (and, for PostgreSQL, many processes) at once.
+    """
+
+    def add_xorb(self, layout: XorbLayout, body_size: int, before_insert: Callable[[], None] | None = None) -> bool:
+        """Record a stored xorb's layout unless one is recorded; True if this call recorded it.
+        `before_insert` runs first, only when the xorb is absent, while no other writer can
+        record this xorb (used to replace a damaged object before indexing it)."""
+
+    def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        """Call `remove` (delete an orphaned object) unless the xorb is indexed; True if it ran.
+        Excludes add_xorb's before_insert for the same xorb, so an object being indexed is never
+        collected and one being collected is restored by its indexer (see CasStore)."""
+
+    def xorb_layout(self, xorb_hex: str) -> XorbLayout | None: ...
+
+    def iter_xorbs(self) -> Iterator[tuple[str, int]]:
+        """(xorb hex, body size) of every indexed xorb (for fsck and gc)."""
+
+    def shard_ids(self) -> frozenset[str]: ...
+
+    def get_file(self, file_hex: str) -> StoredFile | None: ...
+
+    def register_shard(self, shard: ShardRegistration) -> bool:
+        """Record a shard, all or nothing. False (and nothing new for the repo) when the repo
+        has registered this shard before. StoreError 400 if a xorb its files use is no longer
+        indexed (collected by gc since CasStore checked it)."""
+
+    def unreferenced_xorbs(self) -> Iterator[str]:
+        """Indexed xorbs no registered file uses (uploads whose shard never came), for gc."""
+
+    def remove_xorb_if_unreferenced(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        """Unindex the xorb (and its dedup entries) and call `remove` (delete its object),
+        atomically, unless a registered file uses it; True if it did. Excludes add_xorb's
+        before_insert and registrations using this xorb."""
+
+    def file_for_oid(self, repo: str, oid: str) -> str | None: ...
+
+    def repo_has_file(self, repo: str, file_hex: str) -> bool: ...
+
+    def dedup_xorbs(self, chunk: bytes, limit: int = 8) -> list[str]: ...
+
+    def revoke_token(self, token_id: str, now: int) -> None: ...
+
+    def revoked_token_ids(self) -> frozenset[str]: ...
+
+    def stats(self) -> dict[str, int]:
+        """Rows per table (TABLES), for operators and for tests that show nothing changed."""
+
+    def export_rows(self, table: str) -> Iterator[tuple]:
+        """Every row of a table (COLUMNS order), for copying an index."""
+
+    def import_rows(self, table: str, rows: list[tuple]) -> None:
+        """Add rows (COLUMNS order) in one transaction; rows already there are kept."""
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------- packing, shared
+
+
+def pack_u32s(values: tuple[int, ...]) -> bytes:
+    return struct.pack(f"<{len(values)}I", *values)
+
+
+def unpack_u32s(blob: bytes) -> tuple[int, ...]:
+    return struct.unpack(f"<{len(blob) // 4}I", blob)
+
+
+def layout_row(layout: XorbLayout, body_size: int) -> tuple:
+    """The xorbs row: hash, num_chunks, body_size, unpacked_size, hashes, byte ends, sizes."""
+    return (
+        layout.hash,
+        len(layout.chunk_hashes),
+        body_size,
+        sum(layout.chunk_sizes),
+        b"".join(layout.chunk_hashes),
+        pack_u32s(layout.byte_ends),
+        pack_u32s(layout.chunk_sizes),
+    )
+
+
+def layout_from_row(xorb_hex: str, blob: bytes, ends: bytes, sizes: bytes) -> XorbLayout:
+    blob, ends, sizes = bytes(blob), bytes(ends), bytes(sizes)
+    chunk_hashes = tuple(blob[i : i + 32] for i in range(0, len(blob), 32))
+    return XorbLayout(xorb_hex, chunk_hashes, unpack_u32s(ends), unpack_u32s(sizes))
+
+
+def xorbs_of(terms: tuple[FileTerm, ...]) -> list[str]:
+    """The distinct xorbs (hex) a file's terms use, in order."""
+    return list(dict.fromkeys(hash_to_hex(t.xorb_hash) for t in terms))
+
+
+def pack_terms(terms: tuple[FileTerm, ...]) -> bytes:
+    return b"".join(_TERM.pack(t.xorb_hash, t.cas_flags, t.unpacked_bytes, t.chunk_start, t.chunk_end) for t in terms)
+
+
+def unpack_terms(blob: bytes) -> tuple[FileTerm, ...]:
+    return tuple(FileTerm(x, u, s, e, f) for x, f, u, s, e in _TERM.iter_unpack(bytes(blob)))
+
+
+def copy_index(source: MetadataIndex, target: MetadataIndex, batch: int = 10_000) -> dict[str, int]:
+    """Copy every row of `source` into `target` (run with the servers stopped); returns the rows
+    read per table. Idempotent: a copy interrupted half-way is finished by running it again."""
+    copied: dict[str, int] = {}
+    for table in TABLES:
+        rows: list[tuple] = []
+        copied[table] = 0
+        for row in source.export_rows(table):
+            rows.append(row)
+            if len(rows) >= batch:
+                target.import_rows(table, rows)
+                copied[table] += len(rows)
+                rows = []
+        if rows:
+            target.import_rows(table, rows)
+            copied[table] += len(rows)
+    return copied
+
+
+def open_index(url: str | None, data_dir: Path) -> MetadataIndex:
+    """The index `url` names (postgresql://...), or the SQLite index in `data_dir`."""
+    if url is None:
+        from .index_sqlite import SqliteIndex
+
+        return SqliteIndex(Path(data_dir) / "index.sqlite")
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from .index_postgres import PostgresIndex
+        except ImportError as exc:
+            raise StoreError(500, f"a PostgreSQL index needs psycopg ({exc.name}); install with: pip install 'git-xet[postgres]'") from None
+        return PostgresIndex(url)
+    raise StoreError(500, f"unknown index {url.split(':', 1)[0]!r}: use postgresql://USER@HOST/DB (or leave --index out for SQLite in --data)")

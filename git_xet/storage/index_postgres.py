@@ -1,0 +1,343 @@
+"""The shared index: PostgreSQL through psycopg 3, for any number of server replicas.
+
+Concurrency comes from the database, not from a single writer: every write is an INSERT ...
+ON CONFLICT (first writer wins) at READ COMMITTED, so two replicas registering the same shard
+at once serialize on its unique key and exactly one sees it as new. A deadlock or
+serialization failure rolls the whole transaction back and it is run again; so is a transaction
+whose connection broke (PostgreSQL restarting, a network cut), for up to `retry_seconds`, on a
+fresh connection. Every transaction is idempotent, so running one twice is harmless.
+
+Schema versions live in the table `schema_version`; migrations run at start-up under an
+advisory lock, so replicas starting together upgrade the database once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import psycopg
+
+from .index_base import (
+    COLUMNS,
+    TABLES,
+    IndexUnavailable,
+    ShardRegistration,
+    StoredFile,
+    StoreError,
+    XorbLayout,
+    layout_from_row,
+    layout_row,
+    pack_terms,
+    unpack_terms,
+    xorbs_of,
+)
+
+log = logging.getLogger("git_xet.storage")
+T = TypeVar("T")
+
+
+
+def _fill_xorb_refs(conn: psycopg.Connection) -> None:
+    """Version 2's xorb_refs, from the terms of the files already registered."""
+    after = ""
+    while True:
+        page = conn.execute("SELECT hash, terms FROM files WHERE hash > %s ORDER BY hash LIMIT %s", (after, _PAGE)).fetchall()
+        with conn.cursor() as cur:
+            rows = [(x, file_hex) for file_hex, blob in page for x in xorbs_of(unpack_terms(blob))]
+            cur.executemany("INSERT INTO xorb_refs VALUES (%s, %s) ON CONFLICT DO NOTHING", rows)
+        if len(page) < _PAGE:
+            return
+        after = page[-1][0]
+
+
+# MIGRATIONS[n - 1] takes the schema from version n-1 to n: steps of SQL, or functions of the
+# connection. A new database runs them all; all run in one transaction.
+MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection], None], ...], ...] = (
+    ("""
+    CREATE TABLE xorbs (
+        hash TEXT PRIMARY KEY,
+        num_chunks INTEGER NOT NULL,
+        body_size BIGINT NOT NULL,
+        unpacked_size BIGINT NOT NULL,
+        chunk_hashes BYTEA NOT NULL,   -- 32 bytes per chunk
+        byte_ends BYTEA NOT NULL,      -- u32 LE per chunk: end of chunk record in the xorb
+        chunk_sizes BYTEA NOT NULL     -- u32 LE per chunk: uncompressed size
+    );
+    CREATE TABLE files (
+        hash TEXT PRIMARY KEY,
+        size BIGINT NOT NULL,
+        sha256 TEXT,                   -- computed by the server from the bytes; NULL until then
+        terms BYTEA NOT NULL           -- 48-byte FileDataSequenceEntry per term
+    );
+    CREATE TABLE dedup (chunk_hash BYTEA NOT NULL, xorb TEXT NOT NULL, PRIMARY KEY (chunk_hash, xorb));
+    CREATE TABLE shards (id TEXT PRIMARY KEY, size BIGINT NOT NULL);
+    CREATE TABLE repo_files (repo TEXT NOT NULL, file TEXT NOT NULL, PRIMARY KEY (repo, file));
+    CREATE TABLE repo_oids (repo TEXT NOT NULL, oid TEXT NOT NULL, file TEXT NOT NULL, PRIMARY KEY (repo, oid));
+    CREATE TABLE repo_shards (repo TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (repo, id));
+    CREATE TABLE revoked_tokens (id TEXT PRIMARY KEY, revoked_at BIGINT NOT NULL);
+    """,),
+    # 2: which xorbs each file uses, so gc can tell a failed push's xorbs from live ones.
+    ("""
+    CREATE TABLE xorb_refs (xorb TEXT NOT NULL, file TEXT NOT NULL, PRIMARY KEY (xorb, file));
+    CREATE INDEX dedup_by_xorb ON dedup (xorb);
+    """, _fill_xorb_refs),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+_MIGRATION_LOCK = 0x67697478  # advisory lock key held while migrating ("gitx")
+_PAGE = 10_000
+# The database rolled the transaction back to resolve a conflict with another: run it again.
+_ROLLED_BACK = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+
+
+def _lock_xorb(conn: psycopg.Connection, xorb_hex: str) -> None:
+    """Hold, until the transaction ends, the lock that writers and the collector of this xorb share."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (xorb_hex,))
+
+
+class PostgresIndex:
+    """MetadataIndex in a PostgreSQL database. Thread-safe: one connection per thread."""
+
+    def __init__(self, url: str, retry_seconds: float = 30.0, connect_timeout: int = 10) -> None:
+        self._url = url  # may hold a password: never logged, never in repr or errors
+        self.retry_seconds = retry_seconds
+        self.connect_timeout = connect_timeout
+        self._local = threading.local()
+        self._run(self._migrate)
+
+    def __repr__(self) -> str:
+        return "PostgresIndex(<url hidden>)"
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _connection(self) -> psycopg.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=self.connect_timeout, application_name="git-xet")
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass
+
+    def _run(self, work: Callable[[psycopg.Connection], T]) -> T:
+        """Run `work` (one transaction at most) until it succeeds, retrying what the database
+        says to retry and broken connections, for up to retry_seconds; then IndexUnavailable."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.05
+        while True:
+            try:
+                return work(self._connection())
+            except psycopg.OperationalError as exc:
+                if not isinstance(exc, _ROLLED_BACK):  # else the connection is fine: run it again
+                    self._drop_connection()
+                if time.monotonic() >= deadline:
+                    log.error("PostgreSQL index unavailable: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    raise IndexUnavailable("the server's index database is unavailable; retry shortly") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _migrate(self, conn: psycopg.Connection) -> None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT version FROM schema_version").fetchone()
+            version = 0 if row is None else row[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(500, f"the index database was written by a newer git-xet (schema version {version}); upgrade git-xet")
+            for step in (step for steps in MIGRATIONS[version:] for step in steps):
+                if callable(step):
+                    step(conn)
+                else:
+                    conn.execute(step)
+            if version < SCHEMA_VERSION:
+                log.info("index database upgraded from schema version %d to %d", version, SCHEMA_VERSION)
+            if row is None:
+                conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+            elif version < SCHEMA_VERSION:
+                conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
+
+    def schema_version(self) -> int:
+        return self._run(lambda conn: conn.execute("SELECT version FROM schema_version").fetchone()[0])
+
+    def close(self) -> None:
+        self._drop_connection()
+
+    # ------------------------------------------------------------------ xorbs
+
+    def add_xorb(self, layout: XorbLayout, body_size: int, before_insert: Callable[[], None] | None = None) -> bool:
+        row = layout_row(layout, body_size)
+
+        def work(conn: psycopg.Connection) -> bool:
+            with conn.transaction():
+                if before_insert is not None:
+                    # Writers (and the collector) of this xorb queue here: one runs before_insert.
+                    _lock_xorb(conn, layout.hash)
+                    if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (layout.hash,)).fetchone() is not None:
+                        return False
+                    before_insert()
+                cur = conn.execute("INSERT INTO xorbs VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", row)
+                return cur.fetchone() is not None
+
+        return self._run(work)
+
+    def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            with conn.transaction():
+                _lock_xorb(conn, xorb_hex)
+                if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (xorb_hex,)).fetchone() is not None:
+                    return False
+                remove()
+                return True
+
+        return self._run(work)
+
+    def unreferenced_xorbs(self) -> Iterator[str]:
+        after = ""
+        while True:
+            page = self._run(
+                lambda conn: conn.execute(
+                    "SELECT hash FROM xorbs WHERE hash > %s AND NOT EXISTS (SELECT 1 FROM xorb_refs WHERE xorb = hash) ORDER BY hash LIMIT %s",
+                    (after, _PAGE),
+                ).fetchall()
+            )
+            yield from (r[0] for r in page)
+            if len(page) < _PAGE:
+                return
+            after = page[-1][0]
+
+    def remove_xorb_if_unreferenced(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            with conn.transaction():
+                _lock_xorb(conn, xorb_hex)
+                # The row lock waits for registrations holding this xorb FOR SHARE; the next
+                # statement's snapshot then sees the references they committed.
+                if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s FOR UPDATE", (xorb_hex,)).fetchone() is None:
+                    return False
+                if conn.execute("SELECT 1 FROM xorb_refs WHERE xorb = %s LIMIT 1", (xorb_hex,)).fetchone() is not None:
+                    return False
+                conn.execute("DELETE FROM dedup WHERE xorb = %s", (xorb_hex,))
+                conn.execute("DELETE FROM xorbs WHERE hash = %s", (xorb_hex,))
+                remove()
+                return True
+
+        return self._run(work)
+
+    def xorb_layout(self, xorb_hex: str) -> XorbLayout | None:
+        row = self._run(lambda conn: conn.execute("SELECT chunk_hashes, byte_ends, chunk_sizes FROM xorbs WHERE hash = %s", (xorb_hex,)).fetchone())
+        return None if row is None else layout_from_row(xorb_hex, *row)
+
+    def iter_xorbs(self) -> Iterator[tuple[str, int]]:
+        after = ""
+        while True:
+            page = self._run(
+                lambda conn: conn.execute("SELECT hash, body_size FROM xorbs WHERE hash > %s ORDER BY hash LIMIT %s", (after, _PAGE)).fetchall()
+            )
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1][0]
+
+    def shard_ids(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self._run(lambda conn: conn.execute("SELECT id FROM shards").fetchall()))
+
+    # ------------------------------------------------------------------ files and shards
+
+    def get_file(self, file_hex: str) -> StoredFile | None:
+        row = self._run(lambda conn: conn.execute("SELECT size, sha256, terms FROM files WHERE hash = %s", (file_hex,)).fetchone())
+        if row is None:
+            return None
+        size, sha256, blob = row
+        return StoredFile(file_hex, size, sha256, unpack_terms(blob))
+
+    def register_shard(self, shard: ShardRegistration) -> bool:
+        # Files in shard order (within a shard the first file wins an oid, as with SQLite); a
+        # deadlock between registrations locking rows in other orders is retried by _run.
+        file_rows = [(f.hash, f.size, f.computed_sha256, pack_terms(f.terms)) for f in shard.files]
+        oid_rows = [(shard.repo, f.oid, f.hash) for f in shard.files if f.oid is not None]
+        repo_file_rows = sorted({(shard.repo, f.hash) for f in shard.files})
+        ref_rows = sorted({(x, f.hash) for f in shard.files for x in xorbs_of(f.terms)})
+        used = sorted({x for x, _ in ref_rows})
+
+        def work(conn: psycopg.Connection) -> bool:
+            with conn.transaction():
+                conn.execute("INSERT INTO shards VALUES (%s, %s) ON CONFLICT DO NOTHING", (shard.shard_id, shard.size))
+                cur = conn.execute("INSERT INTO repo_shards VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1", (shard.repo, shard.shard_id))
+                if cur.fetchone() is None:
+                    return False  # this repo registered the shard before (or a racing replica just did)
+                # Hold the xorbs the files use against gc until we commit (and see that none went).
+                present = conn.execute("SELECT hash FROM xorbs WHERE hash = ANY(%s) ORDER BY hash FOR SHARE", (used,)).fetchall()
+                if len(present) != len(used):
+                    gone = sorted(set(used) - {r[0] for r in present})[0]
+                    raise StoreError(400, f"xorb {gone} was collected as unused before this shard arrived; upload it again")
+                with conn.cursor() as cur:
+                    cur.executemany("INSERT INTO xorb_refs VALUES (%s, %s) ON CONFLICT DO NOTHING", ref_rows)
+                    cur.executemany(
+                        "INSERT INTO files VALUES (%s, %s, %s, %s) ON CONFLICT (hash) DO UPDATE SET sha256 = EXCLUDED.sha256 "
+                        "WHERE files.sha256 IS NULL AND EXCLUDED.sha256 IS NOT NULL",
+                        file_rows,
+                    )
+                    cur.executemany("INSERT INTO repo_files VALUES (%s, %s) ON CONFLICT DO NOTHING", repo_file_rows)
+                    cur.executemany("INSERT INTO repo_oids VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", oid_rows)
+                    cur.executemany("INSERT INTO dedup VALUES (%s, %s) ON CONFLICT DO NOTHING", sorted(shard.dedup))
+                return True
+
+        return self._run(work)
+
+    def file_for_oid(self, repo: str, oid: str) -> str | None:
+        row = self._run(lambda conn: conn.execute("SELECT file FROM repo_oids WHERE repo = %s AND oid = %s", (repo, oid)).fetchone())
+        return row[0] if row else None
+
+    def repo_has_file(self, repo: str, file_hex: str) -> bool:
+        row = self._run(lambda conn: conn.execute("SELECT 1 FROM repo_files WHERE repo = %s AND file = %s", (repo, file_hex)).fetchone())
+        return row is not None
+
+    def dedup_xorbs(self, chunk: bytes, limit: int = 8) -> list[str]:
+        rows = self._run(lambda conn: conn.execute("SELECT xorb FROM dedup WHERE chunk_hash = %s LIMIT %s", (chunk, limit)).fetchall())
+        return [r[0] for r in rows]
+
+    # ------------------------------------------------------------------ tokens, stats
+
+    def revoke_token(self, token_id: str, now: int) -> None:
+        self._run(lambda conn: conn.execute("INSERT INTO revoked_tokens VALUES (%s, %s) ON CONFLICT DO NOTHING", (token_id, now)))
+
+    def revoked_token_ids(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self._run(lambda conn: conn.execute("SELECT id FROM revoked_tokens").fetchall()))
+
+    def stats(self) -> dict[str, int]:
+        def work(conn: psycopg.Connection) -> dict[str, int]:
+            return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+        return self._run(work)
+
+    def export_rows(self, table: str) -> Iterator[tuple]:
+        columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller
+        key = ", ".join(columns)  # every column together is unique: pages ordered by all of them
+        last: tuple | None = None
+        while True:
+            where = f"WHERE ({key}) > ({', '.join(['%s'] * len(columns))})" if last else ""
+            query = f"SELECT {key} FROM {table} {where} ORDER BY {key} LIMIT {_PAGE}"
+            page = self._run(lambda conn: conn.execute(query, last or ()).fetchall())
+            yield from (tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in page)
+            if len(page) < _PAGE:
+                return
+            last = page[-1]
+
+    def import_rows(self, table: str, rows: list[tuple]) -> None:
+        columns = COLUMNS[table]
+        query = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) ON CONFLICT DO NOTHING"
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(query, rows)
+
+        self._run(work)

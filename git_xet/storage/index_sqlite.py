@@ -1,0 +1,255 @@
+"""The embedded index: one SQLite file in the data directory (WAL, one connection per thread).
+
+SQLite has one writer at a time (BEGIN IMMEDIATE), which is what makes `before_insert` in
+add_xorb exclusive; several processes may share the file (the agents of a push into a local
+store). The schema version is `PRAGMA user_version`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .index_base import (
+    COLUMNS,
+    DEFAULT_REPO,
+    TABLES,
+    ShardRegistration,
+    StoredFile,
+    StoreError,
+    XorbLayout,
+    layout_from_row,
+    layout_row,
+    pack_terms,
+    unpack_terms,
+    xorbs_of,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS xorbs (
+    hash TEXT PRIMARY KEY,
+    num_chunks INTEGER NOT NULL,
+    body_size INTEGER NOT NULL,
+    unpacked_size INTEGER NOT NULL,
+    chunk_hashes BLOB NOT NULL,      -- 32 bytes per chunk
+    byte_ends BLOB NOT NULL,         -- u32 LE per chunk: end of chunk record in the xorb
+    chunk_sizes BLOB NOT NULL        -- u32 LE per chunk: uncompressed size
+);
+CREATE TABLE IF NOT EXISTS files (
+    hash TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    sha256 TEXT,                     -- computed by the server from the bytes; NULL until then
+    terms BLOB NOT NULL              -- 48-byte FileDataSequenceEntry per term
+);
+CREATE TABLE IF NOT EXISTS xorb_refs (    -- which xorbs each file uses (gc keeps these)
+    xorb TEXT NOT NULL,
+    file TEXT NOT NULL,
+    PRIMARY KEY (xorb, file)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dedup (
+    chunk_hash BLOB NOT NULL,
+    xorb TEXT NOT NULL,
+    PRIMARY KEY (chunk_hash, xorb)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dedup_by_xorb ON dedup (xorb);
+CREATE TABLE IF NOT EXISTS shards (
+    id TEXT PRIMARY KEY,
+    size INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS repo_files (   -- a repo reads only the files it registered
+    repo TEXT NOT NULL,
+    file TEXT NOT NULL,
+    PRIMARY KEY (repo, file)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repo_oids (    -- Git LFS oid -> file, per repo; first mapping wins
+    repo TEXT NOT NULL,
+    oid TEXT NOT NULL,
+    file TEXT NOT NULL,
+    PRIMARY KEY (repo, oid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repo_shards (  -- shards each repo has registered (result 0 on repeats)
+    repo TEXT NOT NULL,
+    id TEXT NOT NULL,
+    PRIMARY KEY (repo, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS revoked_tokens (
+    id TEXT PRIMARY KEY,
+    revoked_at INTEGER NOT NULL
+);
+"""
+
+SCHEMA_VERSION = 2
+# Version 0 had one namespace and stored every sha256 a client claimed. Its files become the
+# files of the repo DEFAULT_REPO (what tokens name unless told otherwise); its claimed sha256s
+# become that repo's oids, but no longer count as verified.
+_MIGRATE_FROM_0 = f"""
+INSERT OR IGNORE INTO repo_files SELECT '{DEFAULT_REPO}', hash FROM files;
+INSERT OR IGNORE INTO repo_oids SELECT '{DEFAULT_REPO}', sha256, hash FROM files WHERE sha256 IS NOT NULL;
+INSERT OR IGNORE INTO repo_shards SELECT '{DEFAULT_REPO}', id FROM shards;
+UPDATE files SET sha256 = NULL;
+DROP INDEX IF EXISTS files_by_sha256;
+"""
+
+
+class SqliteIndex:
+    """MetadataIndex in one SQLite file. Thread-safe: one connection per thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        self._migrate()
+
+    def __repr__(self) -> str:
+        return f"SqliteIndex({str(self.path)!r})"
+
+    def _migrate(self) -> None:
+        conn = self._connection()
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(500, f"{self.path} was written by a newer git-xet (index version {version}); upgrade git-xet")
+        had_files = conn.execute("SELECT name FROM sqlite_master WHERE name = 'files'").fetchone() is not None
+        conn.executescript(_SCHEMA)  # idempotent; executescript commits itself
+        if version < SCHEMA_VERSION:
+            with self._db() as db:
+                if had_files and version == 0:
+                    for statement in _MIGRATE_FROM_0.strip().split(";\n"):
+                        db.execute(statement)
+                if had_files and version < 2:  # version 2 added xorb_refs: fill it from the files' terms
+                    for file_hex, blob in db.execute("SELECT hash, terms FROM files").fetchall():
+                        db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, file_hex) for x in xorbs_of(unpack_terms(blob))])
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: committed on success, rolled back on any error."""
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # ------------------------------------------------------------------ xorbs
+
+    def add_xorb(self, layout: XorbLayout, body_size: int, before_insert: Callable[[], None] | None = None) -> bool:
+        with self._db() as db:
+            if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (layout.hash,)).fetchone() is not None:
+                return False
+            if before_insert is not None:
+                before_insert()
+            db.execute("INSERT INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)", layout_row(layout, body_size))
+        return True
+
+    def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        with self._db() as db:
+            if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone() is not None:
+                return False
+            remove()
+        return True
+
+    def unreferenced_xorbs(self) -> Iterator[str]:
+        rows = self._connection().execute("SELECT hash FROM xorbs WHERE NOT EXISTS (SELECT 1 FROM xorb_refs WHERE xorb = hash) ORDER BY hash")
+        yield from (r[0] for r in rows.fetchall())
+
+    def remove_xorb_if_unreferenced(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
+        with self._db() as db:
+            if db.execute("SELECT 1 FROM xorb_refs WHERE xorb = ? LIMIT 1", (xorb_hex,)).fetchone() is not None:
+                return False
+            if db.execute("DELETE FROM xorbs WHERE hash = ?", (xorb_hex,)).rowcount == 0:
+                return False
+            db.execute("DELETE FROM dedup WHERE xorb = ?", (xorb_hex,))
+            remove()
+        return True
+
+    def xorb_layout(self, xorb_hex: str) -> XorbLayout | None:
+        row = self._connection().execute("SELECT chunk_hashes, byte_ends, chunk_sizes FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone()
+        return None if row is None else layout_from_row(xorb_hex, *row)
+
+    def iter_xorbs(self) -> Iterator[tuple[str, int]]:
+        yield from self._connection().execute("SELECT hash, body_size FROM xorbs ORDER BY hash").fetchall()
+
+    def shard_ids(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self._connection().execute("SELECT id FROM shards"))
+
+    # ------------------------------------------------------------------ files and shards
+
+    def get_file(self, file_hex: str) -> StoredFile | None:
+        row = self._connection().execute("SELECT size, sha256, terms FROM files WHERE hash = ?", (file_hex,)).fetchone()
+        if row is None:
+            return None
+        size, sha256, blob = row
+        return StoredFile(file_hex, size, sha256, unpack_terms(blob))
+
+    def register_shard(self, shard: ShardRegistration) -> bool:
+        with self._db() as db:
+            db.execute("INSERT OR IGNORE INTO shards VALUES (?, ?)", (shard.shard_id, shard.size))
+            if db.execute("SELECT 1 FROM repo_shards WHERE repo = ? AND id = ?", (shard.repo, shard.shard_id)).fetchone():
+                return False
+            db.execute("INSERT INTO repo_shards VALUES (?, ?)", (shard.repo, shard.shard_id))
+            used = sorted({x for f in shard.files for x in xorbs_of(f.terms)})
+            for xorb_hex in used:  # gc may have collected one since CasStore checked (we hold the write lock now)
+                if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone() is None:
+                    raise StoreError(400, f"xorb {xorb_hex} was collected as unused before this shard arrived; upload it again")
+            for f in shard.files:
+                db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, f.hash) for x in xorbs_of(f.terms)])
+                db.execute("INSERT OR IGNORE INTO files VALUES (?, ?, ?, ?)", (f.hash, f.size, f.computed_sha256, pack_terms(f.terms)))
+                if f.computed_sha256 is not None:
+                    db.execute("UPDATE files SET sha256 = ? WHERE hash = ? AND sha256 IS NULL", (f.computed_sha256, f.hash))
+                db.execute("INSERT OR IGNORE INTO repo_files VALUES (?, ?)", (shard.repo, f.hash))
+                if f.oid is not None:
+                    db.execute("INSERT OR IGNORE INTO repo_oids VALUES (?, ?, ?)", (shard.repo, f.oid, f.hash))
+            db.executemany("INSERT OR IGNORE INTO dedup VALUES (?, ?)", shard.dedup)
+        return True
+
+    def file_for_oid(self, repo: str, oid: str) -> str | None:
+        row = self._connection().execute("SELECT file FROM repo_oids WHERE repo = ? AND oid = ?", (repo, oid)).fetchone()
+        return row[0] if row else None
+
+    def repo_has_file(self, repo: str, file_hex: str) -> bool:
+        return self._connection().execute("SELECT 1 FROM repo_files WHERE repo = ? AND file = ?", (repo, file_hex)).fetchone() is not None
+
+    def dedup_xorbs(self, chunk: bytes, limit: int = 8) -> list[str]:
+        rows = self._connection().execute("SELECT xorb FROM dedup WHERE chunk_hash = ? LIMIT ?", (chunk, limit)).fetchall()
+        return [r[0] for r in rows]
+
+    # ------------------------------------------------------------------ tokens, stats
+
+    def revoke_token(self, token_id: str, now: int) -> None:
+        with self._db() as db:
+            db.execute("INSERT OR IGNORE INTO revoked_tokens VALUES (?, ?)", (token_id, now))
+
+    def revoked_token_ids(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self._connection().execute("SELECT id FROM revoked_tokens"))
+
+    def stats(self) -> dict[str, int]:
+        conn = self._connection()
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+    def export_rows(self, table: str) -> Iterator[tuple]:
+        columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller
+        yield from self._connection().execute(f"SELECT {', '.join(columns)} FROM {table}")
+
+    def import_rows(self, table: str, rows: list[tuple]) -> None:
+        columns = COLUMNS[table]
+        with self._db() as db:
+            db.executemany(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", rows)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install the system services the tests start privately: PostgreSQL (a shared index, initdb'd
+# per test session) and nginx (a TLS load balancer in front of server replicas). Neither is
+# enabled or started here; the tests run their own instances on loopback.
+# As root on Debian/Ubuntu they are installed when missing; otherwise say what to install.
+set -euo pipefail
+missing=()
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null || missing+=(postgresql)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+command -v openssl >/dev/null || missing+=(openssl)
+((${#missing[@]})) || exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "git-xet: installing system packages for the server tests: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts the packaged services; the tests need none of them running.
+  for unit in postgresql nginx; do
+    command -v systemctl >/dev/null && systemctl disable --now "$unit" >/dev/null 2>&1 || true
+  done
+else
+  echo "git-xet: the server tests need: ${missing[*]}" >&2
+  echo "         (Debian/Ubuntu: sudo apt-get install ${missing[*]}), then rerun bash install/test.sh" >&2
+  exit 1
+fi
