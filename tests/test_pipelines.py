@@ -235,3 +235,18 @@ def test_refreshing_token_source_against_hub_routes(server: RunningServer, tmp_p
     out = io.BytesIO()
     download(backend, r.file_hash, out)
     assert out.getvalue() == b"via a refreshed token" * 1000
+
+
+def test_small_files_do_not_ask_global_dedup(server: RunningServer) -> None:
+    """One round trip per small file would cost more than its bytes could save."""
+    from git_xet.pipelines.upload import GLOBAL_DEDUP_MIN_FILE
+
+    backend = _http(server)
+    with Uploader(backend) as up:
+        up.add_bytes(random_bytes(GLOBAL_DEDUP_MIN_FILE - 1, 50))
+        up.finalize()
+    assert up.stats.global_queries == 0
+    with Uploader(backend) as up:
+        up.add_bytes(random_bytes(GLOBAL_DEDUP_MIN_FILE, 51))
+        up.finalize()
+    assert up.stats.global_queries >= 1

@@ -33,6 +33,9 @@ from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 log = logging.getLogger("git_xet.upload")
 
 GLOBAL_DEDUP_SPACING = 256  # chunks between two global dedup queries of one file
+# Files smaller than this never ask the server's global dedup: the round trip (one per file
+# of a push of many small files) costs more than the few bytes a match could save.
+GLOBAL_DEDUP_MIN_FILE = 1 << 20
 PLACEMENT_LAG = 128  # chunks (~8 MiB) hashed ahead of the chunk being placed
 # Key chunks are looked up in the cache index in batches (one query each), at the latest this
 # many chunks after being hashed: a hit still reaches PLACEMENT_LAG - PROBE_SPAN chunks back.
@@ -231,11 +234,12 @@ class Uploader:
         """
         sha256 = hashlib.sha256()
         state = _FileState()
+        query_global = self.global_dedup and len(view) >= GLOBAL_DEDUP_MIN_FILE
         for end, digest in iter_chunk_hashes(view, sha256=sha256):
             state.hashes.append(digest)
             state.offsets.append(end)
             self._note_key_chunk(state)
-            if self.global_dedup:
+            if query_global:
                 self._maybe_query_global(state)
             while len(state.hashes) - state.placed > PLACEMENT_LAG:
                 self._place_next(state, view)

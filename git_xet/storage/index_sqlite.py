@@ -2,11 +2,16 @@
 
 SQLite has one writer at a time (BEGIN IMMEDIATE), which is what makes `before_insert` in
 add_xorb exclusive; several processes may share the file (the agents of a push into a local
-store). The schema version is `PRAGMA user_version`.
+store). Writers queue on a lock of ours first (a thread lock, then `flock` on `<index>.lock`
+across processes): SQLite's own busy handler waits by sleeping in steps of up to 100 ms, which
+made eight agents pushing many small files spend most of their time asleep. The schema
+version is `PRAGMA user_version`.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -100,6 +105,8 @@ class SqliteIndex:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._lock_fd: int | None = None
         self._migrate()
 
     def __repr__(self) -> str:
@@ -132,22 +139,38 @@ class SqliteIndex:
         return conn
 
     @contextmanager
+    def _writer(self) -> Iterator[None]:
+        """This process's and every other process's writers, one at a time, woken at once."""
+        with self._write_lock:
+            if self._lock_fd is None:
+                self._lock_fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         """A write transaction: committed on success, rolled back on any error."""
         conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with self._writer():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     # ------------------------------------------------------------------ xorbs
 
