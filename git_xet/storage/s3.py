@@ -1,0 +1,328 @@
+"""Object bytes in an S3-compatible bucket (AWS S3, MinIO, Cloudflare R2, Ceph, SeaweedFS).
+
+An `S3ObjectStore` implements the ObjectStore protocol on one bucket and key prefix, plus what
+upload grants and presigned downloads need (presigned PUT and GET URLs, delete, list).
+
+Why botocore: it is the AWS SDK's own signer and configuration chain (env variables
+`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_PROFILE`,
+`~/.aws/config`, instance roles), and it can presign a PUT with extra signed headers: signing an
+`AWSRequest` with `S3SigV4QueryAuth` keeps `If-None-Match: *` and `x-amz-checksum-crc64nvme`
+among the signed headers, which boto3's `generate_presigned_url` drops. Bulk throughput is
+bounded by the network and by our own hashing, not by the client, at the request sizes we use
+(whole xorbs up to 64 MiB, ranges of them).
+
+`put_new` is a conditional PUT (`If-None-Match: *`): of racing writers exactly one gets True, the
+others 412. Every PUT carries the body's CRC-64/NVME, so the store refuses a body damaged in
+transit (400 BadDigest) instead of keeping it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.checksums import crc64nvme, crc64nvme_header, crc64nvme_reference
+
+CONFLICT_RETRIES = 5  # 409 ConditionalRequestConflict: another conditional write on the key is in flight
+
+
+class S3Error(Exception):
+    """An S3 request failed in a way the caller should report; the message says what to do."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """`s3://BUCKET[/PREFIX]`: a bucket and a key prefix (no leading/trailing slash)."""
+
+    bucket: str
+    prefix: str = ""
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+
+def parse_s3_url(text: str) -> S3Location:
+    """Parse `s3://BUCKET[/PREFIX]`; ValueError with the right form otherwise."""
+    value = text.strip()
+    if not value.lower().startswith("s3://"):
+        raise ValueError(f"'{text}' is not an s3:// location; write s3://BUCKET or s3://BUCKET/PREFIX")
+    rest = value[5:]
+    bucket, _, prefix = rest.partition("/")
+    prefix = prefix.strip("/")
+    if not bucket or not all(c.isalnum() or c in "-._" for c in bucket) or not 3 <= len(bucket) <= 63:
+        raise ValueError(f"'{text}' has no valid bucket name (3-63 letters, digits, '-', '.', '_'); write s3://BUCKET[/PREFIX]")
+    if "?" in prefix or "#" in prefix or "//" in prefix or any(p in (".", "..") for p in prefix.split("/")):
+        raise ValueError(f"'{text}' has an invalid key prefix; use plain path segments, e.g. s3://{bucket}/team/models")
+    return S3Location(bucket, prefix)
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Explicit client settings; a None field is resolved by botocore's usual chain (env, profile, config file)."""
+
+    endpoint_url: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    region: str | None = None
+    profile: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> S3Config:
+        """The AWS SDK's variables from `env` (for a process whose os.environ is not `env`)."""
+        return cls(
+            endpoint_url=env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+            access_key=env.get("AWS_ACCESS_KEY_ID"),
+            secret_key=env.get("AWS_SECRET_ACCESS_KEY"),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+            profile=env.get("AWS_PROFILE"),
+        )
+
+
+def _import_botocore() -> Any:
+    try:
+        import botocore.session  # noqa: F401
+        import botocore.config  # noqa: F401
+    except ImportError:
+        raise S3Error("S3 storage needs botocore: pip install 'git-xet[s3]'") from None
+    import botocore
+
+    return botocore
+
+
+@dataclass(frozen=True)
+class S3Connection:
+    """A botocore client and the credentials it signs with (presigned PUTs are signed by us)."""
+
+    client: Any
+    credentials: Any  # botocore Credentials (refreshing ones stay fresh), or None: none found
+
+    def frozen_credentials(self) -> Any:
+        if self.credentials is None:
+            raise S3Error("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+        return self.credentials.get_frozen_credentials()
+
+
+def connect(config: S3Config | None = None, max_pool: int = 16) -> S3Connection:
+    """A botocore S3 client: SigV4, path-style addressing when an endpoint is given (MinIO,
+    SeaweedFS, Ceph usually need it), checksums only where we ask for them, standard retries."""
+    botocore = _import_botocore()
+    from botocore.credentials import Credentials
+
+    config = config or S3Config()
+    session = botocore.session.Session(profile=config.profile) if config.profile else botocore.session.Session()
+    options: dict[str, Any] = {
+        "signature_version": "s3v4",
+        "retries": {"mode": "standard", "max_attempts": 5},
+        "max_pool_connections": max_pool,
+        "connect_timeout": 10,
+        "read_timeout": 120,
+        # botocore >= 1.36 adds a CRC32 trailer to every PUT by default, which several
+        # S3-compatible stores refuse; we send CRC-64/NVME ourselves, as a plain header.
+        "request_checksum_calculation": "when_required",
+        "response_checksum_validation": "when_required",
+    }
+    endpoint = config.endpoint_url or _env_endpoint(session)
+    if endpoint:
+        options["s3"] = {"addressing_style": "path"}
+    region = config.region or session.get_config_variable("region") or "us-east-1"
+    if config.access_key and config.secret_key:
+        credentials = Credentials(config.access_key, config.secret_key)
+    else:
+        credentials = session.get_credentials()
+    client = session.create_client(
+        "s3",
+        region_name=region,
+        endpoint_url=endpoint,
+        aws_access_key_id=config.access_key,
+        aws_secret_access_key=config.secret_key,
+        config=botocore.config.Config(**options),
+    )
+    return S3Connection(client, credentials)
+
+
+def make_client(config: S3Config | None = None) -> Any:
+    """Just the botocore client (tests use it to set up buckets)."""
+    return connect(config).client
+
+
+def _env_endpoint(session: Any) -> str | None:
+    """The endpoint the usual chain names (AWS_ENDPOINT_URL[_S3], or endpoint_url in the profile)."""
+    import os
+
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or session.get_config_variable("endpoint_url")
+
+
+def _crc_header(data: bytes | memoryview) -> str:
+    return crc64nvme_header((crc64nvme or crc64nvme_reference)(data))
+
+
+class S3ObjectStore:
+    """ObjectStore on `s3://bucket/prefix`. Thread-safe (botocore clients are)."""
+
+    def __init__(self, location: S3Location, config: S3Config | None = None, connection: S3Connection | None = None) -> None:
+        self.location = location
+        self.bucket = location.bucket
+        self.connection = connection or connect(config)
+        self.client = self.connection.client
+        botocore = _import_botocore()
+        self._ClientError = botocore.exceptions.ClientError
+        self._NoCredentials = botocore.exceptions.NoCredentialsError
+        self._EndpointError = botocore.exceptions.EndpointConnectionError
+
+    def __repr__(self) -> str:
+        return f"S3ObjectStore({self.location}, endpoint={self.client.meta.endpoint_url})"
+
+    # ------------------------------------------------------------------ errors
+
+    def _status(self, exc: Exception) -> tuple[int | None, str]:
+        response = getattr(exc, "response", {}) or {}
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return status, str(response.get("Error", {}).get("Code", ""))
+
+    def _fail(self, action: str, key: str, exc: Exception) -> S3Error:
+        """A clear error for a failed request: what failed, why, and what to check."""
+        if isinstance(exc, self._NoCredentials):
+            return S3Error(f"no S3 credentials for {self.location}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+        if isinstance(exc, self._EndpointError):
+            return S3Error(f"cannot reach the S3 endpoint {self.client.meta.endpoint_url}: check AWS_ENDPOINT_URL and the network")
+        status, code = self._status(exc)
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken") or status == 403:
+            hint = (
+                "the access key is unknown to the store"
+                if code == "InvalidAccessKeyId"
+                else "the secret key does not match the access key"
+                if code == "SignatureDoesNotMatch"
+                else "the credentials are wrong (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE) or may not do this "
+                "(see the IAM permissions in the README)"
+            )
+            return S3Error(f"S3 refused to {action} {self.location.bucket}/{key} ({code or status}): {hint}", status, code)
+        if code == "NoSuchBucket":
+            return S3Error(f"the bucket {self.bucket} does not exist at {self.client.meta.endpoint_url}: create it, or fix the s3:// location", status, code)
+        return S3Error(f"S3 could not {action} {self.location.bucket}/{key}: {code or status} {exc}", status, code)
+
+    # ------------------------------------------------------------------ ObjectStore
+
+    def put(self, key: str, *parts: bytes | memoryview) -> None:
+        body = b"".join(parts)
+        full = self.location.key(key)
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=full, Body=body, ChecksumCRC64NVME=_crc_header(body))
+        except Exception as exc:
+            raise self._fail("write", full, exc) from None
+
+    def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
+        body = b"".join(parts)
+        full = self.location.key(key)
+        crc = _crc_header(body)
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=full, Body=body, ChecksumCRC64NVME=crc, IfNoneMatch="*")
+                return True
+            except self._ClientError as exc:
+                status, code = self._status(exc)
+                if status == 412 or code == "PreconditionFailed":
+                    return False
+                if status == 409 and attempt + 1 < CONFLICT_RETRIES:  # a racing conditional write; its outcome decides
+                    time.sleep(0.05 * 2**attempt)
+                    continue
+                raise self._fail("write", full, exc) from None
+            except Exception as exc:
+                raise self._fail("write", full, exc) from None
+        raise S3Error(f"S3 kept answering 409 for {self.bucket}/{full}")
+
+    def read(self, key: str) -> bytes:
+        full = self.location.key(key)
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=full)["Body"].read()
+        except self._ClientError as exc:
+            status, code = self._status(exc)
+            if status == 404 or code in ("NoSuchKey", "NotFound"):
+                raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
+            raise self._fail("read", full, exc) from None
+        except Exception as exc:
+            raise self._fail("read", full, exc) from None
+
+    def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
+        full = self.location.key(key)
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=full, Range=f"bytes={start}-{end_inclusive}")
+            data = response["Body"].read()
+        except self._ClientError as exc:
+            status, code = self._status(exc)
+            if status == 416 or code == "InvalidRange":
+                return b""
+            if status == 404 or code in ("NoSuchKey", "NotFound"):
+                raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
+            raise self._fail("read", full, exc) from None
+        except Exception as exc:
+            raise self._fail("read", full, exc) from None
+        if response["ResponseMetadata"]["HTTPStatusCode"] == 200:  # a store that ignored Range
+            return data[start : end_inclusive + 1]
+        return data
+
+    def exists(self, key: str) -> bool:
+        full = self.location.key(key)
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=full)
+            return True
+        except self._ClientError as exc:
+            status, code = self._status(exc)
+            if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
+                return False
+            raise self._fail("look up", full, exc) from None
+        except Exception as exc:
+            raise self._fail("look up", full, exc) from None
+
+    # ------------------------------------------------------------------ beyond the protocol
+
+    def delete(self, key: str) -> None:
+        """Remove the object (no error if it is absent)."""
+        full = self.location.key(key)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=full)
+        except Exception as exc:
+            raise self._fail("delete", full, exc) from None
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """(key relative to the store's prefix, size) of every object under `prefix`, in key order."""
+        full = self.location.key(prefix) if prefix else (self.location.prefix + "/" if self.location.prefix else "")
+        strip = len(self.location.prefix) + 1 if self.location.prefix else 0
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+                for item in page.get("Contents", ()):
+                    yield item["Key"][strip:], int(item["Size"])
+        except self._ClientError as exc:
+            raise self._fail("list", full, exc) from None
+
+    def presign_get(self, key: str, ttl: int) -> str:
+        """A URL that GETs the object (any one byte range of it) without credentials for `ttl` seconds."""
+        return self.client.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self.location.key(key)}, ExpiresIn=ttl
+        )
+
+    def presign_put_new(self, key: str, crc: int, ttl: int) -> tuple[str, dict[str, str]]:
+        """A URL and the exact headers that PUT a body with CRC-64/NVME `crc` to a key that does
+        not exist yet: both headers are signed, so the store refuses another body (400
+        BadDigest), a second upload (412), and the URL after `ttl` seconds (403)."""
+        from botocore.auth import S3SigV4QueryAuth
+        from botocore.awsrequest import AWSRequest
+
+        # The unsigned object URL in the client's addressing style, then signed with our headers.
+        base = self.client.generate_presigned_url("put_object", Params={"Bucket": self.bucket, "Key": self.location.key(key)}, ExpiresIn=60)
+        base = base.split("?", 1)[0]
+        headers = {"If-None-Match": "*", "x-amz-checksum-crc64nvme": crc64nvme_header(crc)}
+        request = AWSRequest(method="PUT", url=base, headers=dict(headers))
+        S3SigV4QueryAuth(self.connection.frozen_credentials(), "s3", self.client.meta.region_name, expires=ttl).add_auth(request)
+        return request.prepare().url, headers
+
