@@ -202,7 +202,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections)
     return serve(
         args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl,
-        not args.no_upload_grants, limits, args.index, args.secret_file,
+        not args.no_upload_grants, limits, args.index, args.secret_file, objects=args.objects,
     )  # fmt: skip
 
 
@@ -461,6 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--cas-token-ttl",
         type=_seconds_at_least(MIN_CAS_TOKEN_TTL, "git-lfs refuses batch actions that expire within 5 s; the Hub uses about 900"),
         default=900, help="lifetime of CAS tokens the LFS batch API and token routes hand out, seconds")
+    serve.add_argument(
+        "--objects",
+        metavar="s3://BUCKET[/PREFIX]",
+        help="keep xorbs and shards in an S3-compatible bucket (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... as for the AWS SDK); "
+        "the index stays in --data (or --index). Upload grants then PUT straight to the bucket, downloads GET from it",
+    )
     serve.add_argument("--no-upload-grants", action="store_true", help="do not offer upload grants (clients then POST xorbs to /v1/xorbs)")
     serve.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client may take to send a request's headers")
     serve.add_argument("--max-header-bytes", type=int, default=64 * 1024, help="largest request header block accepted")

@@ -35,17 +35,23 @@ class RunningServer:
 
 @contextmanager
 def running_server(
-    data_dir: Path, *extra: str, port: int = 0, wrapper: tuple[str, ...] = (), log_name: str = "server.log"
+    data_dir: Path,
+    *extra: str,
+    port: int = 0,
+    wrapper: tuple[str, ...] = (),
+    log_name: str = "server.log",
+    env: dict[str, str] | None = None,
 ) -> Iterator[RunningServer]:
     """`git xet serve --data data_dir ...` on 127.0.0.1, run through `wrapper` (a command that
     execs the rest of its arguments, e.g. to give the server its own mounts) when given; its
-    stderr goes to `log_name` beside data_dir (replicas sharing a directory each have their own)."""
+    stderr goes to `log_name` beside data_dir (replicas sharing a directory each have their own);
+    `env` adds to the environment (e.g. the AWS SDK's variables for --objects s3://...)."""
     log_path = data_dir.parent / log_name
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [*wrapper, sys.executable, "-m", "git_xet", "serve", "--data", str(data_dir), "--port", str(port), *extra],
-            stdout=subprocess.PIPE, stderr=log, env=dict(os.environ),
+            stdout=subprocess.PIPE, stderr=log, env={**os.environ, **(env or {})},
         )  # fmt: skip
     try:
         assert proc.stdout is not None

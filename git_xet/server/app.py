@@ -20,7 +20,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlencode
@@ -43,6 +43,7 @@ from ..storage.planning import plan_reconstruction
 from .reconstruction import RangeNotSatisfiable, parse_range_header, with_signed_urls
 from ..storage.cas_store import CasStore, StoredFile
 from ..storage.index_base import open_index
+from ..storage.s3 import S3Error, S3ObjectStore, open_s3_objects
 
 log = logging.getLogger("git_xet.server")
 
@@ -73,6 +74,7 @@ class ServerConfig:
     # A shared index (postgresql://...) that replicas of this server use together; None: SQLite in data_dir.
     index_url: str | None = None
     secret_file: Path | None = None  # where the signing secret is, unless $GIT_XET_SERVER_SECRET
+    objects: str | None = None  # s3://BUCKET[/PREFIX] for object bytes; None: files in data_dir
 
 
 DISK_FULL = "the server's disk is full; free space or grow its volume, then push again"
@@ -108,7 +110,8 @@ class CasApp:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.store = CasStore(config.data_dir, private=True, index=open_index(config.index_url, config.data_dir))
+        self.object_bucket = open_s3_objects(config.objects) if config.objects else None
+        self.store = CasStore(config.data_dir, objects=self.object_bucket, private=True, index=open_index(config.index_url, config.data_dir))
         self.signer = Signer(load_secret(config.data_dir, config.secret_file, shared=config.index_url is not None))
         self._revoked: frozenset[str] = frozenset()
         self._revoked_at = float("-inf")
@@ -165,6 +168,8 @@ class CasApp:
             query = urlencode({"r": f"{start}-{end}", "exp": exp, "sig": self.signer.sign_range(xorb, start, end, exp)})
             return f"{base}/v1/xorb-data/{xorb}?{query}"
 
+        if self.object_bucket is not None:
+            make_url = _bucket_urls(self.object_bucket, self.config.url_ttl)
         return stored, with_signed_urls(plan, make_url).to_json(version)
 
     async def reconstruction(self, request: Request) -> Response:
@@ -307,6 +312,21 @@ class CasApp:
         return JSONResponse({})
 
 
+def _bucket_urls(bucket: S3ObjectStore, ttl: int) -> Callable[[str, int, int], str]:
+    """Presigned GET URLs straight on the bucket, one per xorb: each reconstruction entry names
+    one byte range of it, which the client asks for with one Range header (S3 serves one range
+    per GET). Signing is local (no request to the store)."""
+    urls: dict[str, str] = {}
+
+    def make_url(xorb: str, start: int, end: int) -> str:
+        url = urls.get(xorb)
+        if url is None:
+            url = urls[xorb] = bucket.presign_get(CasStore.xorb_key(xorb), ttl)
+        return url
+
+    return make_url
+
+
 def _routes(app: CasApp) -> list[Route]:
     grants = Grants(app)
     routes = [Route("/health", app.health)]
@@ -386,6 +406,10 @@ def create_app(config: ServerConfig) -> Starlette:
             response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
+    async def on_object_store_error(request: Request, exc: S3Error) -> Response:
+        log.error("%s %s: object storage: %s", request.method, request.url.path, exc.message)
+        return _error(503, "the server's object storage is unavailable; try again later")
+
     async def on_not_found(request: Request, exc: Exception) -> Response:
         return _error(404, "no such route")
 
@@ -397,7 +421,7 @@ def create_app(config: ServerConfig) -> Starlette:
 
     starlette = Starlette(
         routes=_routes(app) + hub_routes(hub),
-        exception_handlers={RequestRefused: on_refused, 404: on_not_found, OSError: on_storage_error, sqlite3.OperationalError: on_storage_error},
+        exception_handlers={RequestRefused: on_refused, S3Error: on_object_store_error, 404: on_not_found, OSError: on_storage_error, sqlite3.OperationalError: on_storage_error},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect
     starlette.state.cas = app

@@ -11,6 +11,14 @@ In directory mode the grant URL points at this server and carries its own signat
 xorb, length, checksum, expiry and grant id, so no grant state is kept (any replica can take
 the PUT). The PUT is checked against the signed length and checksum and the xorb verified
 before it is stored: nothing unverified is ever visible.
+
+With objects in a bucket (`--objects s3://...`) the grant is a presigned PUT straight to the
+bucket, into a staging key `uploads/{xorb}/{grant id}` that nothing reads; `If-None-Match: *`
+and the CRC-64/NVME are signed in, so the store itself refuses a body that does not match
+(400 BadDigest) and a second PUT (412). The commit reads the staged object, verifies it (hash,
+chunk layout) like any upload, stores it under its final key and indexes it, then deletes the
+staged copy: only a verified xorb is ever referenced. A grant whose PUT never comes, or whose
+commit never comes, leaves only a staged object, which nothing references.
 """
 
 from __future__ import annotations
@@ -36,6 +44,12 @@ if TYPE_CHECKING:
 
 GRANT_TTL = 900  # seconds a grant's URL stays usable
 MAX_GRANT_REQUEST = 4096
+STAGING_PREFIX = "uploads/"
+
+
+def staging_key(xorb: str, grant_id: str) -> str:
+    """Where a grant's PUT lands in a bucket, before its commit verifies it."""
+    return f"{STAGING_PREFIX}{xorb}/{grant_id}"
 
 
 class Grants:
@@ -56,6 +70,10 @@ class Grants:
         if await run_in_threadpool(self.app.store.xorb_layout, xorb) is not None:
             return JSONResponse({})
         grant_id = uuid.uuid4().hex
+        bucket = self.app.object_bucket
+        if bucket is not None:
+            url, headers = await run_in_threadpool(bucket.presign_put_new, staging_key(xorb, grant_id), crc, GRANT_TTL)
+            return JSONResponse({"id": grant_id, "method": "PUT", "url": url, "headers": headers}, status_code=201)
         exp = int(time.time()) + GRANT_TTL
         query = urlencode({"grant": grant_id, "length": length, "crc": crc, "exp": exp, "sig": self._sign(xorb, length, crc, exp, grant_id)})
         url = f"{self.app.base_url(request)}/v1/xorb-uploads/{xorb}?{query}"
@@ -89,9 +107,32 @@ class Grants:
     async def commit(self, request: Request) -> Response:
         await self.app.authorize(request, "write")
         xorb = self.app.hash_param(request, "xorb")
+        if self.app.object_bucket is not None:
+            grant_id = request.path_params["grant"]
+            if len(grant_id) != 32 or not all(c in "0123456789abcdef" for c in grant_id):
+                raise RequestRefused(404, "no such grant")
+            await run_in_threadpool(self._commit_staged, xorb, grant_id)
         if await run_in_threadpool(self.app.store.xorb_layout, xorb) is None:
             raise RequestRefused(404, "no uploaded data for this grant")
         return JSONResponse({"was_inserted": True})
+
+    def _commit_staged(self, xorb: str, grant_id: str) -> None:
+        """Verify and store the xorb a grant's PUT staged in the bucket (if it did), then drop
+        the staged copy. Nothing staged: nothing to do (the caller answers 404 unless the
+        xorb is stored already). A staged body that is not the xorb: 400, and it is deleted."""
+        bucket = self.app.object_bucket
+        assert bucket is not None
+        key = staging_key(xorb, grant_id)
+        try:
+            body = bucket.read(key)
+        except FileNotFoundError:
+            return
+        try:
+            self.app.store.put_xorb(xorb, body)
+        except RequestRefused:
+            bucket.delete(key)
+            raise
+        bucket.delete(key)
 
 
 def _parse_grant_request(body: bytes) -> tuple[int, int]:

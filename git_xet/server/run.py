@@ -59,6 +59,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _check_bucket(url: str) -> str | None:
+    """Why the --objects bucket cannot be used (None: it can), before we listen."""
+    from ..storage.s3 import S3Error, open_s3_objects
+
+    try:
+        open_s3_objects(url).check()
+    except (S3Error, ValueError) as exc:
+        return f"--objects {url}: {getattr(exc, 'message', exc)}"
+    return None
+
+
 def serve(
     data_dir: Path,
     host: str,
@@ -71,6 +82,7 @@ def serve(
     limits: Limits = Limits(),
     index_url: str | None = None,
     secret_file: Path | None = None,
+    objects: str | None = None,
 ) -> int:
     import uvicorn
 
@@ -95,11 +107,21 @@ def serve(
     removed = DirectoryObjectStore(data_dir).remove_abandoned_temp_files()
     if removed:
         log.info("removed %d temp files left by an interrupted write", removed)
+    if objects:
+        problem = _check_bucket(objects)
+        if problem:
+            print(f"git-xet serve: {problem}", file=sys.stderr)
+            return 1
     try:
-        app = create_app(ServerConfig(data_dir, public_url, url_ttl, cas_token_ttl, upload_grants, limits.idle_timeout, index_url, secret_file))
+        config = ServerConfig(data_dir, public_url, url_ttl, cas_token_ttl, upload_grants, limits.idle_timeout, index_url, secret_file, objects=objects)
+        app = create_app(config)
     except (SecretError, StoreError) as exc:
         print(f"git-xet serve: {exc}", file=sys.stderr)
         return 1
+    if objects:
+        from .grants import start_upload_collector
+
+        start_upload_collector(app.state.cas.object_bucket)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every keep-alive request after the first waited ~45 ms for a delayed ACK.

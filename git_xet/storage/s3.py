@@ -286,6 +286,13 @@ class S3ObjectStore:
 
     # ------------------------------------------------------------------ beyond the protocol
 
+    def check(self) -> None:
+        """Fail now, with a message that says what to fix, when the bucket cannot be reached or read."""
+        try:
+            self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.location.key(""), MaxKeys=1)
+        except Exception as exc:
+            raise self._fail("list", self.location.key(""), exc) from None
+
     def delete(self, key: str) -> None:
         """Remove the object (no error if it is absent)."""
         full = self.location.key(key)
@@ -326,3 +333,9 @@ class S3ObjectStore:
         S3SigV4QueryAuth(self.connection.frozen_credentials(), "s3", self.client.meta.region_name, expires=ttl).add_auth(request)
         return request.prepare().url, headers
 
+
+
+def open_s3_objects(url: str, config: S3Config | None = None) -> S3ObjectStore:
+    """The store at `s3://BUCKET[/PREFIX]`, configured by the AWS SDK's usual chain unless
+    `config` says otherwise. Nothing is sent yet: see S3ObjectStore.check."""
+    return S3ObjectStore(parse_s3_url(url), config)
