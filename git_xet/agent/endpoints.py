@@ -106,7 +106,7 @@ def standalone_target() -> StandaloneTarget:
         raise ConfigError(f"{source} is not usable: {exc}; fix it with `git xet install --standalone ...`") from None
     if where.kind == "http":
         return StandaloneTarget("http", where.location, os.environ.get("GIT_XET_TOKEN") or git_config("xet.token"))
-    return StandaloneTarget("local", where.location, None)
+    return StandaloneTarget(where.kind, where.location, None)  # "local" or "s3"
 
 
 def lfs_config(key: str) -> str | None:

@@ -45,6 +45,17 @@ def _existing_store(path: Path) -> Path:
     return path
 
 
+def _bucket_backend(location: str) -> XetBackend:
+    """The bucket store at `location` (botocore is imported only here, for s3:// stores)."""
+    from ..client.bucket_backend import BucketBackend, open_bucket_objects
+    from ..storage.s3 import S3Error
+
+    try:
+        return BucketBackend(open_bucket_objects(location), cache_root=default_cache_root())
+    except S3Error as exc:
+        raise ConfigError(f"cannot use the XET store {location}: {exc.message}") from None
+
+
 def _label_cache(directory: Path, key: str) -> None:
     """Name the store in its shard-cache directory (whose name is a hash), for `git xet cache show`."""
     from ..client.location import CACHE_LABEL
@@ -84,6 +95,8 @@ class AgentSession:
         if backend is None:
             if target.kind == "local":
                 backend = LocalStoreBackend(_existing_store(Path(target.location)))
+            elif target.kind == "s3":
+                backend = _bucket_backend(target.location)
             else:
                 backend = HttpCasBackend(target.location, StaticToken(target.token), http=self._http_client())
             self._backends[key] = backend
@@ -94,6 +107,8 @@ class AgentSession:
                 found = store.file_by_sha256(oid)
                 return found.hash if found else None
 
+        elif target.kind == "s3":
+            lookup = backend.file_for_sha256  # type: ignore[attr-defined]
         else:
 
             def lookup(oid: str) -> str | None:

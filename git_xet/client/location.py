@@ -1,8 +1,8 @@
 """Where a standalone XET store is: the one parser for store locations, and the marker that
 makes a directory a store.
 
-A location is either an http(s) URL of a `git xet serve` or an explicit directory (an absolute
-path, `~/...`, or `file:///...`). Anything else is refused with the fix, because the old lenient
+A location is an http(s) URL of a `git xet serve`, an S3-compatible bucket (`s3://BUCKET[/PREFIX]`,
+see bucket_backend.py), or an explicit directory (an absolute path, `~/...`, or `file:///...`). Anything else is refused with the fix, because the old lenient
 reading turned `xet.example.com:8080` or `htp://host` into a relative directory that every push
 silently filled inside the working tree.
 
@@ -25,7 +25,10 @@ CACHE_LABEL = "store"  # in each shard-cache directory (named by a hash): the st
 _MARKER_TEXT = "git-xet directory store, format 1 (objects + index.sqlite; servable with `git xet serve --data`)\n"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _HOST_LIKE = re.compile(r"^(localhost|\[[0-9a-fA-F:.]+\]|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+:\d+)(:\d+)?(/.*)?$")
-FORMS = "an XET store is an http(s) URL (e.g. https://xet.example.com) or a directory (an absolute path or file:///path)"
+FORMS = (
+    "an XET store is an http(s) URL (e.g. https://xet.example.com), a bucket (s3://BUCKET[/PREFIX]) "
+    "or a directory (an absolute path or file:///path)"
+)
 
 
 class LocationError(ValueError):
@@ -34,7 +37,7 @@ class LocationError(ValueError):
 
 @dataclass(frozen=True)
 class StoreLocation:
-    kind: str  # "local" (a directory) or "http" (a `git xet serve` URL)
+    kind: str  # "local" (a directory), "http" (a `git xet serve` URL) or "s3" (a bucket store)
     location: str  # an absolute path, or the URL without a trailing slash
 
     def __str__(self) -> str:
@@ -82,6 +85,13 @@ def _parse_url(value: str, scheme: str) -> StoreLocation:
         if parts.query or parts.fragment:
             raise LocationError(f"'{value}' has a query or fragment; give the server's base URL (e.g. https://xet.example.com)")
         return StoreLocation("http", f"{scheme}://{parts.netloc}{parts.path}".rstrip("/"))
+    if scheme == "s3":
+        from ..storage.s3 import parse_s3_url
+
+        try:
+            return StoreLocation("s3", str(parse_s3_url(value)))
+        except ValueError as exc:
+            raise LocationError(str(exc)) from None
     if scheme == "file":
         parts = urlsplit(value)
         if parts.netloc not in ("", "localhost"):
@@ -90,7 +100,7 @@ def _parse_url(value: str, scheme: str) -> StoreLocation:
         if not path.startswith("/"):
             raise LocationError(f"'{value}' is not absolute; a file URL is file:///absolute/path")
         return StoreLocation("local", str(Path(path).resolve()))
-    close = difflib.get_close_matches(scheme, ["http", "https", "file"], n=1, cutoff=0.5)
+    close = difflib.get_close_matches(scheme, ["http", "https", "file", "s3"], n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]}://{value.split('://', 1)[1]}?" if close else ""
     raise LocationError(f"'{value}' has the unknown scheme '{scheme}'{hint} ({FORMS})")
 

@@ -80,6 +80,8 @@ def install(scope: Scope, standalone: str | None, remote: str | None, concurrenc
         except (LocationError, OSError) as exc:
             raise GitError(f"cannot use {where.location} as the store: {exc}") from None
         done.append(f"{'created a new' if created else 'using the existing'} XET store at {where.location}")
+    if where is not None and where.kind == "s3":
+        done.append(_create_bucket_store(where.location))
     if _git("config", "--get", "filter.lfs.process", check=False).returncode != 0:
         lfs_args = ["lfs", "install"] + (["--skip-repo"] if scope.flag != "--local" else ["--local"])
         if scope.flag == "--system":
@@ -110,6 +112,19 @@ def install(scope: Scope, standalone: str | None, remote: str | None, concurrenc
             _set(scope, "lfs.standalonetransferagent", AGENT)
             done.append(f"every remote stores LFS objects in {where.location} (standalone)")
     return done
+
+
+def _create_bucket_store(location: str) -> str:
+    """Make the bucket prefix a store (credentials and endpoint from the AWS SDK's environment)."""
+    from ..client.bucket_backend import create_bucket_store, open_bucket_objects
+    from ..client.errors import TransferError
+    from ..storage.s3 import S3Error
+
+    try:
+        created = create_bucket_store(open_bucket_objects(location))
+    except (TransferError, S3Error) as exc:
+        raise GitError(f"cannot use {location} as the store: {getattr(exc, 'message', exc)}") from None
+    return f"{'created a new' if created else 'using the existing'} XET store at {location}"
 
 
 def uninstall(scope: Scope) -> list[str]:

@@ -271,6 +271,25 @@ class S3ObjectStore:
             return data[start : end_inclusive + 1]
         return data
 
+    def read_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """(the last `length` bytes of the object, or all of it if shorter; its total size), in one GET."""
+        full = self.location.key(key)
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=full, Range=f"bytes=-{length}")
+            data = response["Body"].read()
+        except self._ClientError as exc:
+            status, code = self._status(exc)
+            if status == 404 or code in ("NoSuchKey", "NotFound"):
+                raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
+            raise self._fail("read", full, exc) from None
+        except Exception as exc:
+            raise self._fail("read", full, exc) from None
+        content_range = response.get("ContentRange") or ""
+        total = int(content_range.rsplit("/", 1)[1]) if "/" in content_range else len(data)
+        if response["ResponseMetadata"]["HTTPStatusCode"] == 200:  # whole object: a store that ignored Range
+            return data[-length:], len(data)
+        return data, total
+
     def exists(self, key: str) -> bool:
         full = self.location.key(key)
         try:
