@@ -96,6 +96,16 @@ def test_unsafe_or_bad_locations_are_refused() -> None:
 # ---------------------------------------------------------------- S3 only
 
 
+@pytest.mark.parametrize("size", [0, 5, 4096, 70_001])
+def test_read_tail(s3_store: S3ObjectStore, size: int) -> None:
+    body = random_bytes(size, size)
+    s3_store.put("tailed", body)
+    for length in (1, 4, 4096, 100_000):
+        tail, total = s3_store.read_tail("tailed", length)
+        assert total == size
+        assert tail == body[-length:] if size else tail == b""
+
+
 def test_delete_and_list(s3_store: S3ObjectStore) -> None:
     keys = {f"xorbs/{i:02x}/k{i}": random_bytes(10 + i, i) for i in range(12)}
     for key, body in keys.items():

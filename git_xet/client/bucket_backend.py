@@ -82,8 +82,10 @@ def _check_marker(objects: S3ObjectStore) -> None:
         raise BucketStoreError(
             f"{objects.location} is not a git-xet store; create it with `git xet install --standalone {objects.location}`"
         ) from None
-    except (ValueError, S3Error) as exc:
-        raise BucketStoreError(f"cannot read the store marker {objects.location}/{MARKER}: {getattr(exc, 'message', exc)}") from None
+    except S3Error as exc:
+        raise BucketStoreError(exc.message) from None
+    except ValueError:
+        raise BucketStoreError(f"{objects.location}/{MARKER} is not a git-xet store marker; is the prefix right?") from None
     if not isinstance(marker, dict) or marker.get("format") != MARKER_CONTENT["format"] or marker.get("version") != 1:
         raise BucketStoreError(f"{objects.location}/{MARKER} is not a format-1 git-xet bucket store; upgrade git-xet")
 

@@ -279,6 +279,8 @@ class S3ObjectStore:
             data = response["Body"].read()
         except self._ClientError as exc:
             status, code = self._status(exc)
+            if status == 416 or code == "InvalidRange":  # an empty object has no suffix to serve
+                return b"", 0
             if status == 404 or code in ("NoSuchKey", "NotFound"):
                 raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
             raise self._fail("read", full, exc) from None
