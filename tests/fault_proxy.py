@@ -134,7 +134,7 @@ def fault_proxy(upstream: str, plan: FaultPlan | FaultRate) -> Iterator[str]:
         def _handle(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
-            fault = plan.decide(self.path)
+            fault = plan.decide(f"{self.command} {self.path}")  # keys match paths, or "METHOD /path"
             if fault is not None and fault.isdigit():
                 self._send_error(int(fault))
                 return
@@ -160,6 +160,10 @@ def fault_proxy(upstream: str, plan: FaultPlan | FaultRate) -> Iterator[str]:
             for k, v in resp.headers.items():
                 if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
                     self.send_header(k, v)
+            if self.command == "HEAD":  # the object's length, and no body
+                self.send_header("Content-Length", resp.headers.get("content-length", "0"))
+                self.end_headers()
+                return
             self.send_header("Content-Length", str(len(content)))
             self.end_headers()
             if fault == "truncate":
@@ -170,7 +174,7 @@ def fault_proxy(upstream: str, plan: FaultPlan | FaultRate) -> Iterator[str]:
                 return
             self.wfile.write(content)
 
-        do_GET = do_POST = do_PUT = _handle
+        do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _handle
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True

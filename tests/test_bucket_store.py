@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import signal
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -19,8 +23,10 @@ from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
 from tests.datagen import random_bytes
+from tests.fault_proxy import FaultPlan, fault_proxy
 from tests.gitenv import GitEnv, make_git_env
 from tests.seaweed import RunningS3
+from tests.test_reliability import _agent_pids
 
 MIB = 1024 * 1024
 
@@ -240,3 +246,54 @@ def test_wrong_credentials_give_a_clear_message(tmp_path: Path, seaweed: Running
     push = g.git("push", "origin", "main", cwd=work, check=False)
     assert push.returncode != 0
     assert "access key is unknown to the store" in push.stderr, push.stderr
+
+
+@dataclass
+class _RecordingPlan(FaultPlan):
+    """A FaultPlan that also records every request it sees ("METHOD /path?query")."""
+
+    log: list[str] = field(default_factory=list)
+
+    def decide(self, path: str) -> str | None:
+        with self.lock:
+            self.log.append(path)
+        return super().decide(path)
+
+
+def test_agent_killed_mid_push_then_the_next_push_resumes(tmp_path: Path, seaweed: RunningS3) -> None:
+    bucket = seaweed.new_bucket()
+    data = random_bytes(140 * MIB, 51)  # three xorbs
+    xorb_puts = f"PUT /{bucket}/xorbs/"
+    plan = _RecordingPlan(hold={xorb_puts: 1})
+    with fault_proxy(seaweed.endpoint, plan) as proxy:
+        g = _machine(tmp_path, "a", seaweed, AWS_ENDPOINT_URL=proxy)
+        g.git("init", "--bare", str(tmp_path / "remote.git"))
+        g.git_xet("install", "--standalone", f"s3://{bucket}")
+        work = _repo(g, tmp_path / "remote.git", {"model.bin": data})
+        push = g.popen("git", "push", "origin", "main", cwd=work)
+        assert plan.held.wait(timeout=180), "the push never reached its second xorb"
+        cache = Path(g.env["GIT_XET_CACHE"])
+        deadline = time.monotonic() + 60
+        while not [p for p in cache.rglob("*.mdb") if "bucket-shards" not in p.parts]:  # the first xorb recorded as stored
+            assert time.monotonic() < deadline, "the first xorb was never recorded as stored"
+            time.sleep(0.05)
+        agents = _agent_pids(g)
+        assert agents
+        for pid in agents:
+            os.kill(pid, signal.SIGKILL)
+        assert push.wait(timeout=120) != 0
+        objects = _objects(seaweed, bucket, prefix="")
+        first = [k for k, _ in objects.list("xorbs/")]
+        assert len(first) == 1
+        assert not list(objects.list("shards/")) and not list(objects.list("lfs/")) and not list(objects.list("files/"))
+
+        plan.release()
+        before = len(plan.log)
+        g.git("push", "-q", "origin", "main", cwd=work)
+        resent = [p for p in plan.log[before:] if p.startswith(xorb_puts)]
+        assert 1 <= len(resent) <= 2 and not any(first[0] in p for p in resent), resent
+    assert objects.exists(f"lfs/{hashlib.sha256(data).hexdigest()}")
+    c = _machine(tmp_path, "c", seaweed)
+    c.git_xet("install", "--standalone", f"s3://{bucket}")
+    c.git("clone", str(tmp_path / "remote.git"), "clone")
+    assert hashlib.sha256((c.root / "clone" / "model.bin").read_bytes()).digest() == hashlib.sha256(data).digest()
