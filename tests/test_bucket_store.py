@@ -17,6 +17,7 @@ import pytest
 
 from git_xet.client.bucket_backend import BucketBackend, create_bucket_store
 from git_xet.client.errors import TransferError
+from git_xet.client.location import LocationError, StoreLocation, parse_store_location
 from git_xet.core import hashes
 from git_xet.core.shard import parse_shard
 from git_xet.pipelines.download import download
@@ -297,3 +298,18 @@ def test_agent_killed_mid_push_then_the_next_push_resumes(tmp_path: Path, seawee
     c.git_xet("install", "--standalone", f"s3://{bucket}")
     c.git("clone", str(tmp_path / "remote.git"), "clone")
     assert hashlib.sha256((c.root / "clone" / "model.bin").read_bytes()).digest() == hashlib.sha256(data).digest()
+
+
+def test_locations_and_doctor(tmp_path: Path, seaweed: RunningS3) -> None:
+    assert parse_store_location("s3://team-models/lfs/") == StoreLocation("s3", "s3://team-models/lfs")
+    for bad, says in (("s3://x", "bucket name"), ("s3://bucket/../up", "prefix"), ("s4://bucket", "did you mean s3://")):
+        with pytest.raises(LocationError, match=says):
+            parse_store_location(bad)
+    bucket = seaweed.new_bucket()
+    g = _machine(tmp_path, "a", seaweed)
+    g.git_xet("install", "--standalone", f"s3://{bucket}/p")
+    ok = g.git_xet("doctor", check=False)
+    assert f"bucket store s3://{bucket}/p" in ok.stdout + ok.stderr
+    g.env["AWS_SECRET_ACCESS_KEY"] = "Wr0ngSecretValue"
+    bad = g.git_xet("doctor", check=False)
+    assert bad.returncode != 0 and "secret key does not match" in bad.stdout + bad.stderr

@@ -116,7 +116,23 @@ def _check_endpoint(endpoint: str | None) -> Iterator[Check]:
         writable = os.access(path, os.W_OK) and (not index.exists() or os.access(index, os.W_OK))
         yield Check(writable, f"mode: standalone, local store {path} (a directory)", f"make {path} writable for you")
         return
+    if where.kind == "s3":
+        yield _check_bucket(where.location)
+        return
     yield from _check_server(where.location)
+
+
+def _check_bucket(location: str) -> Check:
+    """A bucket store: reachable with these credentials, and marked as a store."""
+    from ..client.bucket_backend import BucketBackend, open_bucket_objects
+    from ..client.errors import TransferError
+    from ..storage.s3 import S3Error
+
+    try:
+        BucketBackend(open_bucket_objects(location)).check()
+    except (TransferError, S3Error) as exc:
+        return Check(False, f"mode: standalone, bucket store {location}: {getattr(exc, 'message', None) or exc}", "fix the AWS_* settings or run `git xet install --standalone " + location + "`")
+    return Check(True, f"mode: standalone, bucket store {location}")
 
 
 def _check_server(url: str) -> Iterator[Check]:
