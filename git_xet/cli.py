@@ -173,6 +173,22 @@ def _cmd_clone(args: argparse.Namespace) -> int:
     return _report_git_config("clone", lambda: clone(args.url, args.directory, args.store, args.origin))
 
 
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from .commands.migrate import MigrationError, migrate
+
+    try:
+        result = migrate(args.source, args.target, standalone=args.standalone, progress=print)
+    except MigrationError as exc:
+        print(f"git-xet migrate: {exc}", file=sys.stderr)
+        return 1
+    print(f"copied {result.copied} objects ({result.bytes_copied} bytes); {result.already_there} were in {args.target} already")
+    if args.standalone:
+        print(f"registered {result.shards_registered} shards; use it with `git xet install --standalone {args.target}`")
+    else:
+        print(f"now run the server as: git xet serve --data {args.source} --objects {args.target}")
+    return 0
+
+
 def _cmd_help(args: argparse.Namespace) -> int:
     parser = build_parser()
     if args.man:
@@ -494,6 +510,14 @@ def build_parser() -> argparse.ArgumentParser:
     copy_cmd.add_argument("--index", metavar="URL", help="the index to copy from (default: SQLite in --data)")
     copy_cmd.add_argument("--to", required=True, metavar="URL_OR_DIR", help="postgresql://USER@HOST/DB, or a directory for a SQLite index")
     copy_cmd.set_defaults(func=_cmd_copy_index)
+
+    migrate_cmd = sub.add_parser("migrate", help="copy a directory store's objects into an S3-compatible bucket (resumable)")
+    migrate_cmd.add_argument("source", type=Path, help="the server's --data directory, or a directory store")
+    migrate_cmd.add_argument("target", metavar="s3://BUCKET[/PREFIX]", help="where the objects go (AWS_* environment as for the AWS SDK)")
+    migrate_cmd.add_argument(
+        "--standalone", action="store_true", help="make the bucket a serverless store (for `git xet install --standalone s3://...`), not a server's --objects"
+    )
+    migrate_cmd.set_defaults(func=_cmd_migrate)
 
     token = sub.add_parser("token", help="mint (or revoke) a user token for a server")
     token.add_argument("--data", type=Path, help="the server's data directory (its secret and SQLite index, unless given otherwise)")

@@ -1,0 +1,87 @@
+"""`git xet migrate DIR s3://BUCKET[/PREFIX]`: copy a directory store's objects into a bucket.
+
+Two targets:
+- for a server (default): the xorbs and shards of `git xet serve --data DIR` (or of a
+  directory store) go to the bucket under the same keys; the index stays in DIR, so the server
+  then runs as `git xet serve --data DIR --objects s3://...`.
+- `--standalone`: a serverless bucket store (see client/bucket_backend.py): the xorbs, then
+  every shard is registered through the bucket backend, which writes the name entries
+  (files/, lfs/, dedup/) after the objects they point at.
+
+Copies are conditional (`If-None-Match: *`), so a migration can be interrupted and run again,
+and a target that already holds objects keeps them. Nothing is deleted from DIR.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PARALLEL = 8
+
+
+@dataclass
+class MigrationResult:
+    copied: int = 0
+    already_there: int = 0
+    bytes_copied: int = 0
+    shards_registered: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class MigrationError(Exception):
+    """The migration cannot go on; the message says why and what to do."""
+
+
+def _objects_under(root: Path, prefix: str) -> Iterator[tuple[str, Path]]:
+    """(key, path) of every stored object under root/prefix; temp files of writers are skipped."""
+    base = root / prefix
+    if not base.is_dir():
+        return
+    for path in sorted(base.rglob("*")):
+        if path.is_file() and not path.name.startswith("."):
+            yield path.relative_to(root).as_posix(), path
+
+
+def migrate(source: Path, target: str, *, standalone: bool = False, progress: Callable[[str], None] = lambda _line: None) -> MigrationResult:
+    from ..client.bucket_backend import BucketBackend, create_bucket_store, open_bucket_objects
+    from ..client.errors import TransferError
+    from ..storage.s3 import S3Error
+
+    if not (source / "index.sqlite").is_file() and not (source / "xorbs").is_dir():
+        raise MigrationError(f"{source} is not a git-xet data directory or directory store (no index.sqlite, no xorbs/)")
+    result = MigrationResult()
+    try:
+        bucket = open_bucket_objects(target)
+        bucket.check()
+        if standalone:
+            create_bucket_store(bucket)
+
+        def copy(item: tuple[str, Path]) -> None:
+            key, path = item
+            body = path.read_bytes()
+            created = bucket.put_new(key, body)
+            with result.lock:
+                if created:
+                    result.copied += 1
+                    result.bytes_copied += len(body)
+                else:
+                    result.already_there += 1
+
+        prefixes = ("xorbs",) if standalone else ("xorbs", "shards")
+        with ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="git-xet-migrate") as pool:
+            for prefix in prefixes:
+                list(pool.map(copy, _objects_under(source, prefix)))
+                progress(f"{prefix}: {result.copied} copied, {result.already_there} already in {target}")
+        if standalone:
+            backend = BucketBackend(bucket)
+            for _key, path in _objects_under(source, "shards"):
+                backend.upload_shard(path.read_bytes())
+                result.shards_registered += 1
+            progress(f"shards: {result.shards_registered} registered")
+    except (S3Error, TransferError) as exc:
+        raise MigrationError(f"{getattr(exc, 'message', None) or exc}; run the migration again once fixed (it resumes)") from None
+    return result
