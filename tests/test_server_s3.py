@@ -21,7 +21,8 @@ from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
-from git_xet.core.checksums import crc64nvme_reference
+from git_xet.core.checksums import crc64nvme, crc64nvme_reference
+from git_xet.core.reconstruction import MAX_FETCH_RANGE_BYTES
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
@@ -126,11 +127,14 @@ def test_bodies_that_do_not_match_are_refused_and_never_committed(tmp_path: Path
     with s3_server(tmp_path, seaweed) as (server, bucket):
         auth = {"Authorization": f"Bearer {server.token()}"}
 
-        def grant(crc: int) -> dict:
-            resp = httpx.post(f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth, json={"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc)}})
+        def grant_for(length: int, crc: int) -> dict:
+            resp = httpx.post(f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth, json={"length": length, "checksum": {"algo": "crc64nvme", "value": str(crc)}})
             assert resp.status_code == 201, resp.text
             assert resp.json()["url"].startswith(seaweed.endpoint + "/")
             return resp.json()
+
+        def grant(crc: int) -> dict:
+            return grant_for(len(body), crc)
 
         def put(g: dict, content: bytes) -> httpx.Response:
             return httpx.request(g["method"], g["url"], headers=g["headers"], content=content)
@@ -150,6 +154,12 @@ def test_bodies_that_do_not_match_are_refused_and_never_committed(tmp_path: Path
         assert put(g, tampered_bytes).status_code == 200
         assert _keys(bucket, "uploads/")
         assert commit(g) == 400
+        # A body too large for a xorb (the PUT's length is not signed): refused before it is read.
+        huge = bytes(MAX_FETCH_RANGE_BYTES + 1)
+        assert crc64nvme is not None
+        g_huge = grant_for(len(body), crc64nvme(huge))
+        assert put(g_huge, huge).status_code == 200
+        assert commit(g_huge) == 400 and not _keys(bucket, "uploads/")
         # A grant whose PUT never happens.
         assert commit(grant(crc64nvme_reference(body))) == 404
         assert not _keys(bucket, "xorbs/") and not _keys(bucket, "uploads/")

@@ -123,6 +123,12 @@ class Grants:
         bucket = self.app.object_bucket
         assert bucket is not None
         key = staging_key(xorb, grant_id)
+        size = bucket.size(key)
+        if size is None:
+            return
+        if size > MAX_FETCH_RANGE_BYTES:  # the PUT's length is not signed: bound what we read
+            bucket.delete(key)
+            raise RequestRefused(400, f"the uploaded body is {size} bytes, more than a xorb can be")
         try:
             body = bucket.read(key)
         except FileNotFoundError:

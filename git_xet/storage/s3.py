@@ -76,6 +76,7 @@ class S3Config:
     secret_key: str | None = None
     region: str | None = None
     profile: str | None = None
+    session_token: str | None = None  # temporary credentials (AWS_SESSION_TOKEN)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> S3Config:
@@ -86,13 +87,14 @@ class S3Config:
             secret_key=env.get("AWS_SECRET_ACCESS_KEY"),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
             profile=env.get("AWS_PROFILE"),
+            session_token=env.get("AWS_SESSION_TOKEN"),
         )
 
 
 def _import_botocore() -> Any:
     try:
-        import botocore.session  # noqa: F401
-        import botocore.config  # noqa: F401
+        import botocore.config
+        import botocore.session  # noqa: F401 - the submodules this module uses
     except ImportError:
         raise S3Error("S3 storage needs botocore: pip install 'git-xet[s3]'") from None
     import botocore
@@ -137,7 +139,7 @@ def connect(config: S3Config | None = None, max_pool: int = 16) -> S3Connection:
         options["s3"] = {"addressing_style": "path"}
     region = config.region or session.get_config_variable("region") or "us-east-1"
     if config.access_key and config.secret_key:
-        credentials = Credentials(config.access_key, config.secret_key)
+        credentials = Credentials(config.access_key, config.secret_key, config.session_token)
     else:
         credentials = session.get_credentials()
     client = session.create_client(
@@ -146,6 +148,7 @@ def connect(config: S3Config | None = None, max_pool: int = 16) -> S3Connection:
         endpoint_url=endpoint,
         aws_access_key_id=config.access_key,
         aws_secret_access_key=config.secret_key,
+        aws_session_token=config.session_token if config.access_key else None,
         config=botocore.config.Config(**options),
     )
     return S3Connection(client, credentials)
@@ -293,14 +296,17 @@ class S3ObjectStore:
         return data, total
 
     def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def size(self, key: str) -> int | None:
+        """The object's length in bytes, or None when it does not exist (one HEAD)."""
         full = self.location.key(key)
         try:
-            self.client.head_object(Bucket=self.bucket, Key=full)
-            return True
+            return int(self.client.head_object(Bucket=self.bucket, Key=full)["ContentLength"])
         except self._ClientError as exc:
             status, code = self._status(exc)
             if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
-                return False
+                return None
             raise self._fail("look up", full, exc) from None
         except Exception as exc:
             raise self._fail("look up", full, exc) from None
