@@ -2,8 +2,9 @@
 
     python bench/run_all.py [--quick] [--out bench/results]
 
-Runs chunk_hash.py, transfer.py, git_e2e.py, dedup.py, a peak-RSS git push/clone and
-cache_scale.py (agent start-up against 1 TiB of cached history), each in
+Runs chunk_hash.py, transfer.py, git_e2e.py, dedup.py, a peak-RSS git push/clone,
+cache_scale.py (agent start-up against 1 TiB of cached history) and bucket_store.py (a serverless
+store on a local SeaweedFS), each in
 its own process, writing <out>/<name>.json; then prints the summary and writes
 <out>/summary.md and <out>/summary.json. The full run takes about ten minutes on 2 cores;
 --quick uses small sizes (a smoke test of the harness, not figures to quote).
@@ -31,6 +32,7 @@ FULL = {
     "dedup": ["--size-mib", "1024"],
     "rss": ["--files", "1", "--file-mib", "4096", "--repeats", "1", "--tools", "git-xet", "--agent-rss"],
     "cache_scale": ["--sizes-gib", "4,32,128,1024", "--agents", "8", "--upload-mib", "256"],
+    "bucket_store": ["--size-mib", "1024"],
 }
 QUICK = {
     "chunk_hash": ["--size-mib", "128", "--repeats", "2"],
@@ -39,6 +41,7 @@ QUICK = {
     "dedup": ["--size-mib", "128"],
     "rss": ["--files", "1", "--file-mib", "512", "--repeats", "1", "--tools", "git-xet", "--agent-rss"],
     "cache_scale": ["--sizes-gib", "1,4", "--agents", "8", "--upload-mib", "64"],
+    "bucket_store": ["--size-mib", "128"],
 }
 SCRIPT = {
     "chunk_hash": "chunk_hash.py",
@@ -47,6 +50,7 @@ SCRIPT = {
     "dedup": "dedup.py",
     "rss": "git_e2e.py",
     "cache_scale": "cache_scale.py",
+    "bucket_store": "bucket_store.py",
 }
 
 
@@ -99,6 +103,13 @@ def summarize(results: dict[str, dict]) -> str:
     rows.append(_row(f"shard cache, {_history(last['history_gib'])} of history: agent peak RSS after open (MiB), {agents}", rss, f"at {_history(first['history_gib'])}: {first['agents_max_rss_mib']:.0f}", None, "< 150", last["agents_max_rss_mib"] < 150))
     up = cs["upload"]
     rows.append(_row(f"upload {up['mib']} MiB of new data, {_history(up['history_gib'])} cached (s)", f"{up['seconds']:.2f}", f"empty cache {up['seconds_empty_cache']:.2f}", up["seconds"] / up["seconds_empty_cache"], "<= 1.1", up["seconds"] <= 1.1 * up["seconds_empty_cache"]))
+    b = results["bucket_store"]
+    stored, whole = sum(b["stored_after_v2"].values()), b["whole_file_layout_bytes"]
+    label = f"{b['size_mib']} MiB"
+    rows.append(_row(f"bucket store: v1 + 1%-edited v2 of {label}, bytes stored (MiB)", f"{stored / MIB:.0f}", f"whole-file layout {whole / MIB:.0f}", stored / whole, "<= 0.55", stored <= 0.55 * whole))
+    for phase in ("push", "push_v2", "clone"):
+        seconds = b[f"{phase}_seconds"]
+        rows.append(_row(f"bucket store: git {phase.replace('_', ' ')} of {label} on loopback SeaweedFS (s)", f"{seconds:.2f} ({b['size_mib'] / seconds:.0f} MiB/s)", "", None, "", None))
     return "\n".join(rows)
 
 
