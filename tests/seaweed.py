@@ -125,7 +125,8 @@ def running_seaweedfs(workdir: Path) -> Iterator[RunningS3]:
         weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
         f"-master.port={master}", f"-master.port.grpc={master_grpc}", "-master.volumeSizeLimitMB=64",
         "-master.telemetry=false",
-        f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=50",
+        # Every bucket is a collection that grows 7 volumes at once: room for a few hundred buckets.
+        f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=3000",
         "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
         "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", f"-s3.config={config}",
         "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.autoCreateBucket=false",  # as AWS: a missing bucket is an error

@@ -28,7 +28,9 @@ import json
 import logging
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from ..core import hashes
 from ..core.errors import FormatError
@@ -46,6 +48,7 @@ log = logging.getLogger("git_xet.bucket")
 MARKER = "git-xet-store.json"
 MARKER_CONTENT = {"format": "git-xet bucket store", "version": 1, "layout": "xorbs/ shards/ files/ lfs/ dedup/"}
 FOOTER_GUESS = 256 * 1024  # one suffix GET holds the footer of a xorb of up to ~5000 chunks
+T = TypeVar("T")
 
 
 class BucketStoreError(TransferError):
@@ -111,8 +114,9 @@ class BucketBackend:
             _check_marker(self.objects)
             self._checked = True
 
-    def _call(self, what, *args):
-        """Run an object-store call; S3 failures become transfer errors with their message."""
+    def _call(self, what: Callable[..., T], *args: object) -> T:
+        """Run an object-store call; S3 failures become transfer errors with their message
+        (retryable when the store itself failed or could not be reached)."""
         try:
             return what(*args)
         except S3Error as exc:
