@@ -9,6 +9,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from git_xet.core.checksums import crc64nvme, crc64nvme_reference
 from git_xet.core.reconstruction import MAX_FETCH_RANGE_BYTES
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
+from git_xet.server.grants import ABANDONED_AFTER, collect_abandoned_uploads
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
 from tests import hf_xet_oracle, hfjs_peer
 from tests.datagen import random_bytes
@@ -210,3 +212,23 @@ def _base_env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+
+
+def test_a_grant_never_committed_is_collected(tmp_path: Path, seaweed: RunningS3) -> None:
+    built, _ = single_xorb(DATA)
+    body = bytes(built.body)
+    xorb_hex = hashes.hash_to_hex(built.xorb_hash)
+    with s3_server(tmp_path, seaweed) as (server, bucket):
+        auth = {"Authorization": f"Bearer {server.token()}"}
+        g = httpx.post(
+            f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth,
+            json={"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc64nvme_reference(body))}},
+        ).json()  # fmt: skip
+        assert httpx.put(g["url"], headers=g["headers"], content=body).status_code == 200
+        (staged,) = _keys(bucket, "uploads/")
+        assert collect_abandoned_uploads(bucket) == 0  # fresh: its commit may still come
+        assert list(_keys(bucket, "uploads/")) == [staged]
+        assert collect_abandoned_uploads(bucket, now=time.time() + ABANDONED_AFTER + 60) == 1
+        assert not _keys(bucket, "uploads/") and not _keys(bucket, "xorbs/")
+        late = httpx.post(f"{server.url}/v1/xorb-commits/default/{xorb_hex}/grant/{g['id']}", headers=auth)
+        assert late.status_code == 404  # the client then asks for a new grant

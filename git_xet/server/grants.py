@@ -26,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING
@@ -40,11 +42,17 @@ from ..core.reconstruction import MAX_FETCH_RANGE_BYTES
 from ..storage.errors import RequestRefused
 
 if TYPE_CHECKING:
+    from ..storage.s3 import S3ObjectStore
     from .app import CasApp
+
+log = logging.getLogger("git_xet.server")
 
 GRANT_TTL = 900  # seconds a grant's URL stays usable
 MAX_GRANT_REQUEST = 4096
 STAGING_PREFIX = "uploads/"
+# A staged upload older than this was never committed: its URL expired long ago and clients
+# commit right after their PUT (a later commit answers 404, and the client asks a new grant).
+ABANDONED_AFTER = 4 * GRANT_TTL
 
 
 def staging_key(xorb: str, grant_id: str) -> str:
@@ -139,6 +147,38 @@ class Grants:
             bucket.delete(key)
             raise
         bucket.delete(key)
+
+
+def collect_abandoned_uploads(bucket: S3ObjectStore, older_than: float = ABANDONED_AFTER, now: float | None = None) -> int:
+    """Delete staged grant uploads older than `older_than` seconds (never referenced: only a
+    commit makes a xorb visible, from a verified copy); returns how many. Safe to run from
+    every replica at once: deleting an absent object is not an error."""
+    cutoff = (time.time() if now is None else now) - older_than
+    removed = 0
+    for key, _size, modified in list(bucket.list_entries(STAGING_PREFIX)):
+        if modified < cutoff:
+            bucket.delete(key)
+            removed += 1
+    return removed
+
+
+def start_upload_collector(bucket: S3ObjectStore, interval: float = 3600) -> threading.Thread:
+    """Collect abandoned staged uploads now and then every `interval` seconds, in a daemon
+    thread (a failed round is logged and retried at the next)."""
+
+    def loop() -> None:
+        while True:
+            try:
+                removed = collect_abandoned_uploads(bucket)
+                if removed:
+                    log.info("removed %d abandoned grant uploads from %s", removed, bucket.location)
+            except Exception as exc:  # noqa: BLE001 - the store may be down for a while; try again later
+                log.warning("could not collect abandoned grant uploads: %s", getattr(exc, "message", exc))
+            time.sleep(interval)
+
+    thread = threading.Thread(target=loop, name="git-xet-upload-collector", daemon=True)
+    thread.start()
+    return thread
 
 
 def _parse_grant_request(body: bytes) -> tuple[int, int]:

@@ -330,12 +330,17 @@ class S3ObjectStore:
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         """(key relative to the store's prefix, size) of every object under `prefix`, in key order."""
+        for key, size, _modified in self.list_entries(prefix):
+            yield key, size
+
+    def list_entries(self, prefix: str = "") -> Iterator[tuple[str, int, float]]:
+        """(key relative to the store's prefix, size, last-modified Unix time) under `prefix`."""
         full = self.location.key(prefix) if prefix else (self.location.prefix + "/" if self.location.prefix else "")
         strip = len(self.location.prefix) + 1 if self.location.prefix else 0
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
                 for item in page.get("Contents", ()):
-                    yield item["Key"][strip:], int(item["Size"])
+                    yield item["Key"][strip:], int(item["Size"]), item["LastModified"].timestamp()
         except self._ClientError as exc:
             raise self._fail("list", full, exc) from None
 
