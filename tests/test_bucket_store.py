@@ -27,7 +27,7 @@ from tests.datagen import random_bytes
 from tests.fault_proxy import FaultPlan, fault_proxy
 from tests.gitenv import GitEnv, make_git_env
 from tests.seaweed import RunningS3
-from tests.test_reliability import _agent_pids
+from tests.test_reliability import _agent_pids, _cached_xorbs
 
 MIB = 1024 * 1024
 
@@ -275,7 +275,7 @@ def test_agent_killed_mid_push_then_the_next_push_resumes(tmp_path: Path, seawee
         assert plan.held.wait(timeout=180), "the push never reached its second xorb"
         cache = Path(g.env["GIT_XET_CACHE"])
         deadline = time.monotonic() + 60
-        while not [p for p in cache.rglob("*.mdb") if "bucket-shards" not in p.parts]:  # the first xorb recorded as stored
+        while not _cached_xorbs(cache):  # the first xorb recorded as stored (the resume point)
             assert time.monotonic() < deadline, "the first xorb was never recorded as stored"
             time.sleep(0.05)
         agents = _agent_pids(g)
