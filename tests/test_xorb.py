@@ -22,8 +22,23 @@ def _build(chunks: list[bytes]) -> xorb.VerifiedXorb:
 
 
 def _sample_chunks() -> list[bytes]:
-    data = random_bytes(150_000, 1) + bytes(100_000) + float32_like(200_000, 2) + b"tail"
+    data = bytes(100_000) + random_bytes(150_000, 1) + float32_like(200_000, 2) + b"tail"
     return list(iter_chunks([data]))
+
+
+def test_compression_is_tried_per_run_of_chunks() -> None:
+    """A run whose first chunk does not shrink is stored raw; in a run whose first chunk does,
+    every chunk is compressed when that makes it smaller."""
+    run = xorb.CHUNKS_PER_COMPRESSION_DECISION
+    noise = [random_bytes(9000 + k, k) for k in range(2 * run)]
+    zeros = [bytes(9000 + k) for k in range(2 * run)]
+    first = [noise[0]] + [zeros[k] if k % 2 else noise[k] for k in range(1, run)]
+    second = [zeros[run]] + [zeros[k] if k % 2 else noise[k] for k in range(run + 1, 2 * run)]
+    built = _build(first + second)
+    schemes = [r.scheme for r in xorb.parse_xorb(built.body).records]
+    assert schemes[:run] == [0] * run
+    assert schemes[run:] == [1] + [1 if k % 2 else 0 for k in range(run + 1, 2 * run)]
+    assert xorb.decode_all_chunks(built.body, xorb.parse_xorb(built.body).records) == first + second
 
 
 def test_build_parse_round_trip_both_forms() -> None:
@@ -31,7 +46,7 @@ def test_build_parse_round_trip_both_forms() -> None:
     built = _build(chunks)
     assert built.xorb_hash == xorb_hash([chunk_hash(c) for c in chunks], [len(c) for c in chunks])
     schemes = {r.scheme for r in xorb.parse_xorb(built.body).records}
-    assert schemes >= {0, 1}  # random data stored raw, zeros compressed
+    assert schemes >= {0, 1}  # zeros compressed, random data stored raw
     for blob in (built.body, built.with_footer()):
         parsed = xorb.parse_xorb(blob)
         assert (parsed.footer is None) == (blob is built.body)
@@ -65,8 +80,7 @@ def test_tampered_xorb_fails_verification() -> None:
     with pytest.raises(HashMismatchError):
         xorb.verify_xorb(built.body, bytes(32))
     raw = bytearray(built.body)
-    first = xorb.parse_xorb(raw).records[0]
-    assert first.scheme == 0
+    first = next(r for r in xorb.parse_xorb(raw).records if r.scheme == 0)
     raw[first.payload_start + 5] ^= 1
     with pytest.raises(HashMismatchError):
         xorb.verify_xorb(bytes(raw), built.xorb_hash)
