@@ -26,6 +26,7 @@ from ..core.hashes import chunk_hash, file_hash, hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.xorb import decode_chunk, parse_chunk_records
 from ..fsutil import atomic_output
+from ..memory import xorb_range_windows
 from .fetch_schedule import Load, plan_loads
 
 log = logging.getLogger("git_xet.download")
@@ -47,6 +48,20 @@ class DownloadResult:
 
 
 Decoded = list[tuple[bytes | memoryview, bytes | None] | None]  # per chunk of a fetch range
+
+
+@dataclass
+class _Loaded:
+    """A fetched range (maybe a pooled window) and its decoded chunks, which may be views
+    into it: the window goes back to the pool once its last term is written."""
+
+    raw: bytes | bytearray | memoryview
+    chunks: Decoded
+
+    def give_back(self) -> None:
+        raw, self.raw, self.chunks = self.raw, b"", []
+        if isinstance(raw, memoryview):
+            xorb_range_windows.give_back(raw)
 
 
 class _Fetcher:
@@ -82,7 +97,7 @@ class _Fetcher:
                 return fetch
         raise TransferError(f"the server no longer offers chunks [{stale.chunk_start}, {stale.chunk_end}) of xorb {stale.xorb}", retryable=True)
 
-    def __call__(self, fetch: FetchRange) -> Decoded:
+    def __call__(self, fetch: FetchRange) -> _Loaded:
         """The range's needed chunks, decoded, each with its hash when the file is verified
         (computed here, in a worker thread, so BLAKE3 runs beside the writer); None for
         chunks no term takes."""
@@ -114,7 +129,7 @@ class _Fetcher:
                         out[i] = (chunk, chunk_hash(chunk) if self.hash_chunks else None)
         except FormatError as exc:
             raise IntegrityError(f"xorb {fetch.xorb[:12]} range is corrupt: {exc}", retryable=True) from None
-        return out
+        return _Loaded(raw, out)
 
 
 def _plan_loads(plan: Reconstruction, term_fetches: list[FetchRange], budget: int) -> tuple[list[Load], list[int], dict[FetchRange, set[tuple[int, int, int]]]]:
@@ -160,7 +175,7 @@ def download(
     loads, serving, needed = _plan_loads(plan, term_fetches, max_inflight_bytes)
 
     fetcher = _Fetcher(backend, file_hex, byte_range, needed, hash_chunks=whole)
-    futures: dict[int, Future[Decoded]] = {}  # load index -> its fetch, until its last term
+    futures: dict[int, Future[_Loaded]] = {}  # load index -> its fetch, until its last term
     submitted = 0  # loads are started in order: loads[:submitted] have been
     held = 0  # cost of the loads in `futures`
     hashes_seen: list[bytes] = []
@@ -186,34 +201,40 @@ def download(
                 held += load.cost
                 submitted += 1
 
+        def write_term(chunks: Decoded) -> None:
+            """Write (and hash) one term's chunks; no view of them outlives the call."""
+            nonlocal written, skip
+            for entry in chunks:
+                assert entry is not None, "the fetcher decodes every chunk a term takes"
+                chunk, hashed = entry
+                if hashed is not None:
+                    hashes_seen.append(hashed)
+                    sizes_seen.append(len(chunk))
+                view = memoryview(chunk)[skip:]
+                skip = max(0, skip - len(chunk))
+                if want is not None:
+                    view = view[: want - written]
+                if view:
+                    out.write(view)
+                    if digest is not None:
+                        digest.update(view)
+                    written += len(view)
+                    if progress:
+                        progress(len(view))
+
         try:
             for position, term in enumerate(plan.terms):
                 top_up(position)
                 index = serving[position]
                 load = loads[index]
-                chunks = futures[index].result()
+                loaded = futures[index].result()
                 first = term.chunk_start - term_fetches[position].chunk_start
-                for entry in chunks[first : first + term.chunk_end - term.chunk_start]:
-                    assert entry is not None, "the fetcher decodes every chunk a term takes"
-                    chunk, hashed = entry
-                    if hashed is not None:
-                        hashes_seen.append(hashed)
-                        sizes_seen.append(len(chunk))
-                    view = memoryview(chunk)[skip:]
-                    skip = max(0, skip - len(chunk))
-                    if want is not None:
-                        view = view[: want - written]
-                    if view:
-                        out.write(view)
-                        if digest is not None:
-                            digest.update(view)
-                        written += len(view)
-                        if progress:
-                            progress(len(view))
-                del chunks
+                write_term(loaded.chunks[first : first + term.chunk_end - term.chunk_start])
                 if load.last_term == position:
                     del futures[index]
                     held -= load.cost
+                    loaded.give_back()
+                del loaded
         finally:
             for future in futures.values():
                 future.cancel()
