@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import children_cpu, process_cpu  # noqa: E402
 
 from tests import hf_xet_oracle  # noqa: E402
 from tests.server_process import running_server  # noqa: E402
@@ -55,18 +58,6 @@ else:
     download_to_path(backend, info["hash"], Path(out), size=info["size"], sha256=info["sha256"])
 print(json.dumps({"seconds": time.perf_counter() - t, "info": info}))
 """
-
-
-def children_cpu() -> float:
-    """User + sys seconds of every child process waited for so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def process_cpu(pid: int) -> float:
-    """User + sys seconds a running process (all its threads) has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measured(server_pid: int, fn: Callable[[], tuple[float, Any]]) -> tuple[dict, Any]:
