@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -132,6 +133,49 @@ class _Fetcher:
         return _Loaded(raw, out)
 
 
+class _HashBehind:
+    """The sha256 of what the writer wrote, in a thread of its own and in order, and what must
+    wait for it (giving a window back once the hash has read it).
+
+    hashlib releases the GIL on large updates, so the hash overlaps the writes and the
+    fetches instead of adding to the writer's time. The queue bounds how far it lags.
+    """
+
+    _LAG = 64  # queued chunk views (or actions)
+
+    def __init__(self, digest: hashlib._Hash) -> None:
+        self.digest = digest
+        self._queue: queue.Queue[memoryview | Callable[[], None] | None] = queue.Queue(self._LAG)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="git-xet-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # keep draining so that the writer never blocks on a dead hash
+            try:
+                if callable(item):
+                    item()
+                else:
+                    self.digest.update(item)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by close()
+                self._error = exc
+
+    def update(self, view: memoryview) -> None:
+        self._queue.put(view)
+
+    def then(self, action: Callable[[], None]) -> None:
+        self._queue.put(action)
+
+    def close(self) -> None:
+        """Wait until everything queued is done; raise what failed in the thread."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def _plan_loads(plan: Reconstruction, term_fetches: list[FetchRange], budget: int) -> tuple[list[Load], list[int], dict[FetchRange, set[tuple[int, int, int]]]]:
     """The fetch schedule, and per range the chunk runs terms take from it."""
     needed: dict[FetchRange, set[tuple[int, int, int]]] = {}
@@ -216,12 +260,13 @@ def download(
                     view = view[: want - written]
                 if view:
                     out.write(view)
-                    if digest is not None:
-                        digest.update(view)
+                    if behind is not None:
+                        behind.update(view)
                     written += len(view)
                     if progress:
                         progress(len(view))
 
+        behind = _HashBehind(digest) if digest is not None else None
         try:
             for position, term in enumerate(plan.terms):
                 top_up(position)
@@ -233,11 +278,16 @@ def download(
                 if load.last_term == position:
                     del futures[index]
                     held -= load.cost
-                    loaded.give_back()
+                    if behind is not None:
+                        behind.then(loaded.give_back)  # once the hash has read the window
+                    else:
+                        loaded.give_back()
                 del loaded
         finally:
             for future in futures.values():
                 future.cancel()
+            if behind is not None:
+                behind.close()
 
     verified = False
     if whole:
