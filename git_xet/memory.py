@@ -26,7 +26,12 @@ def tune_allocator() -> None:
         return
     _tuned = True
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # glibc's soname directly: find_library runs `ldconfig -p` (a subprocess every agent
+        # paid; git-lfs starts eight of them), so it is only the fallback.
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return
