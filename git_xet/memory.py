@@ -93,11 +93,19 @@ class WindowPool:
             buffer.close()
 
 
-def _xorb_range_capacity() -> int:
-    from .core.xorb import MAX_XORB_BODY_BYTES
-
-    return MAX_XORB_BODY_BYTES
+_xorb_range_windows: WindowPool | None = None
+_pool_lock = threading.Lock()
 
 
-# Downloaded xorb ranges: filled by the HTTP backend, given back by the download pipeline.
-xorb_range_windows = WindowPool(_xorb_range_capacity())
+def xorb_range_windows() -> WindowPool:
+    """The process's pool for downloaded xorb ranges (filled by the HTTP backend, given back
+    by the download pipeline); made on first use, so importing this module stays cheap."""
+    global _xorb_range_windows
+    if _xorb_range_windows is None:
+        from .core.xorb import MAX_XORB_BODY_BYTES
+
+        with _pool_lock:
+            if _xorb_range_windows is None:
+                _xorb_range_windows = WindowPool(MAX_XORB_BODY_BYTES)
+    return _xorb_range_windows
+

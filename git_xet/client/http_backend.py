@@ -137,8 +137,8 @@ def _read_window(resp: httpx.Response, skip: int, size: int, *, exact: bool) -> 
     outside the window is kept. With `exact`, a body longer than the window is an error;
     otherwise (a server that ignored Range) reading stops at the window's end."""
     # A large window is a recycled map (see memory.WindowPool): no fresh pages to fault in.
-    pooled = _POOLED_WINDOW_MIN <= size <= xorb_range_windows.capacity
-    buf: bytearray | memoryview = xorb_range_windows.take(size) if pooled else bytearray(size)
+    pooled = _POOLED_WINDOW_MIN <= size <= xorb_range_windows().capacity
+    buf: bytearray | memoryview = xorb_range_windows().take(size) if pooled else bytearray(size)
     view = memoryview(buf)
     received = 0
     for piece in resp.iter_raw():

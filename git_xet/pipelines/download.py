@@ -62,7 +62,7 @@ class _Loaded:
     def give_back(self) -> None:
         raw, self.raw, self.chunks = self.raw, b"", []
         if isinstance(raw, memoryview):
-            xorb_range_windows.give_back(raw)
+            xorb_range_windows().give_back(raw)
 
 
 class _Fetcher:
