@@ -86,12 +86,6 @@ class WindowPool:
             self._spare.append(buffer)
         return True
 
-    def clear(self) -> None:
-        with self._lock:
-            spares, self._spare = self._spare, []
-        for buffer in spares:
-            buffer.close()
-
 
 _xorb_range_windows: WindowPool | None = None
 _pool_lock = threading.Lock()
