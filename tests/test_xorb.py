@@ -41,6 +41,37 @@ def test_compression_is_tried_per_run_of_chunks() -> None:
     assert xorb.decode_all_chunks(built.body, xorb.parse_xorb(built.body).records) == first + second
 
 
+_KINDS = {
+    "noise": lambda k: random_bytes(8192 + 37 * k, k),
+    "zeros": lambda k: bytes(8192 + 37 * k),
+    "floats": lambda k: float32_like(8192 + 36 * k, k),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_KINDS)), min_size=1, max_size=70))
+def test_compression_policy_over_runs(kinds: list[str]) -> None:
+    """Every record's scheme follows the per-run policy, derived here from the compression
+    primitives alone: a run's first chunk gets the predicted scheme if that shrinks it; the
+    rest of the run tries the same scheme, or nothing when the first chunk stayed raw."""
+    from git_xet.core.compression import CompressionScheme, compress_chunk, predict_scheme
+
+    chunks = [_KINDS[kind](k) for k, kind in enumerate(kinds)]
+    built = _build(chunks)
+    records = xorb.parse_xorb(built.body).records
+    run_scheme = CompressionScheme.NONE
+    for i, (chunk, record) in enumerate(zip(chunks, records)):
+        if i % xorb.CHUNKS_PER_COMPRESSION_DECISION == 0:
+            run_scheme = compress_chunk(chunk, predict_scheme(chunk))[0]
+            expected = run_scheme
+        elif run_scheme is CompressionScheme.NONE:
+            expected = CompressionScheme.NONE
+        else:
+            expected = compress_chunk(chunk, run_scheme)[0]
+        assert record.scheme == expected, i
+    assert xorb.decode_all_chunks(built.body, records) == chunks
+
+
 def test_build_parse_round_trip_both_forms() -> None:
     chunks = _sample_chunks()
     built = _build(chunks)
