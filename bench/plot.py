@@ -67,7 +67,8 @@ def plot(summary: dict, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     panels = _panels(summary["results"])
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.0 + 1.25 * sum(len(p[2]) for p in panels) / len(panels) * len(panels) / 1.6), squeeze=False)
+    rows_total = sum(len(rows) for _, _, rows in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.2 + 0.8 * rows_total + 0.6 * len(panels)), squeeze=False, height_ratios=[len(rows) for _, _, rows in panels])
     for ax, (title, unit, rows) in zip(axes[:, 0], panels):
         tools = [t for t in COLORS if any(t in values for _, values in rows)]
         height = 0.8 / len(tools)
@@ -84,7 +85,7 @@ def plot(summary: dict, out: Path) -> Path:
         ax.set_xlabel(unit, fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
         ax.margins(x=0.15)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.suptitle(f"git-xet benchmarks, {summary.get('date', '')}: {summary['machine']}", fontsize=9)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,9 @@ trip after it left. A request and its answer therefore cost at least --rtt-ms, a
 connections share the bandwidth instead of multiplying it. Reading stops while a direction
 has QUEUE_PIECES pieces in flight, so a fast sender is held back by TCP as on a real link.
 
-Loops are bounded: each pump ends at its socket's end of stream, and the whole proxy exits
-after --max-seconds whatever happens. It never connects anywhere but 127.0.0.1.
+Loops are bounded: each pump ends at its socket's end of stream (once one direction of a
+connection has ended, the other gets DRAIN_SECONDS more), and the whole proxy exits after
+--max-seconds whatever happens. It never connects anywhere but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 
 PIECE = 64 * 1024
 QUEUE_PIECES = 64  # per connection and direction: 4 MiB, more than 100 Mbit/s x 40 ms
+DRAIN_SECONDS = 120.0  # after one direction of a connection ends, the other's last chance
 
 
 class Link:
@@ -46,7 +48,7 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link
         try:
             while data := await reader.read(PIECE):
                 await queue.put((link.schedule(len(data), loop.time()), data))
-        except ConnectionError:
+        except (ConnectionError, OSError):
             pass
         finally:
             await queue.put((0.0, b""))
@@ -64,24 +66,36 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link
                 await writer.drain()
             if writer.can_write_eof():
                 writer.write_eof()
-        except ConnectionError:
+        except (ConnectionError, OSError):
             pass
 
     await asyncio.gather(receive(), deliver())
 
 
 async def _serve(target_port: int, up: Link, down: Link, max_seconds: float) -> None:
+    handlers: set[asyncio.Task] = set()  # asyncio keeps only weak references to tasks
+
     async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
         try:
             server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
         except OSError:
             client_writer.close()
+            handlers.discard(task)
             return
+        pumps = [asyncio.ensure_future(_pump(client_reader, server_writer, up)), asyncio.ensure_future(_pump(server_reader, client_writer, down))]
         try:
-            await asyncio.gather(_pump(client_reader, server_writer, up), _pump(server_reader, client_writer, down))
+            _done, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            if pending:  # one side is gone: what the other still sends gets a bounded time
+                await asyncio.wait(pending, timeout=DRAIN_SECONDS)
         finally:
+            for pump in pumps:
+                pump.cancel()
             for w in (client_writer, server_writer):
                 w.close()
+            handlers.discard(task)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
