@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,18 @@ def timed(cmd: list[str], *, cwd: Path, env: dict[str, str], stderr_to: Path) ->
     if code != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({code}):\n{stderr_to.read_text(errors='replace')[-3000:]}")
     return {"seconds": seconds}
+
+
+def children_cpu() -> float:
+    """User + sys seconds of every descendant process waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu(pid: int) -> float:
+    """User + sys seconds a running process (all its threads) has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def write_random_file(path: Path, size: int, seed: int) -> None:

@@ -5,8 +5,10 @@ vs stock git-lfs `basic` transfers to a plain LFS server, same files, same run.
 
 Each repeat starts fresh servers, a fresh HOME and fresh caches. Per tool: push v1 of
 `--files` random files, clone it (smudge downloads everything), then push v2 with one file
-edited (1% in ten places plus a 1 KiB insertion). Reports median wall time, object bytes the
-server received (pushes) or sent (clone) and, with --agent-rss, our agents' peak RSS.
+edited (1% in ten places plus a 1 KiB insertion). Reports median wall time, CPU seconds
+(user + sys) of the git command's whole process tree (git, git-lfs, our agents) and of the
+server, object bytes the server received (pushes) or sent (clone) and, with --agent-rss, our
+agents' peak RSS.
 """
 
 from __future__ import annotations
@@ -22,42 +24,44 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, RequestLog, edit_file, machine, median, timed, write_json, write_random_file  # noqa: E402
+from common import MIB, RequestLog, children_cpu, edit_file, machine, median, process_cpu, timed, write_json, write_random_file  # noqa: E402
 
 from tests.gitenv import agent_peak_rss, make_git_env, record_agent_rss  # noqa: E402
 from tests.server_process import running_server  # noqa: E402
 
 TOOLS = ("git-xet", "git-lfs")
+PHASE_KEYS = ("seconds", "client_cpu", "server_cpu", "bytes_in", "bytes_out", "agent_peak_rss_mib")
 
 
 @contextmanager
-def plain_lfs_server(data: Path) -> Iterator[tuple[str, RequestLog]]:
+def plain_lfs_server(data: Path) -> Iterator[tuple[str, RequestLog, int]]:
     data.mkdir(parents=True)
     proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "lfs_basic_server.py"), str(data)], stdout=subprocess.PIPE)
     try:
         url = proc.stdout.readline().decode().strip()
-        yield url, RequestLog(data / "requests.jsonl")
+        yield url, RequestLog(data / "requests.jsonl"), proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
 @contextmanager
-def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None) -> Iterator[RequestLog]:
+def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None) -> Iterator[tuple[RequestLog, int]]:
     """Configure `genv` (global git config of a temp HOME) to push LFS objects with `tool`;
-    with `agent_rss`, each agent's peak RSS is appended to that file."""
+    with `agent_rss`, each agent's peak RSS is appended to that file. Yields the server's
+    request log and process id."""
     if tool == "git-xet":
         with running_server(root / "server" / "data") as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             if agent_rss is not None:
                 record_agent_rss(genv, agent_rss)
-            yield RequestLog(srv.data_dir.parent / "server.log")
+            yield RequestLog(srv.data_dir.parent / "server.log"), srv.process.pid
     else:
-        with plain_lfs_server(root / "lfs-server") as (url, log):
+        with plain_lfs_server(root / "lfs-server") as (url, log, pid):
             genv.git("lfs", "install")
             genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
-            yield log
+            yield log, pid
 
 
 def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, agent_rss: bool = False) -> dict:
@@ -69,7 +73,7 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
     genv = make_git_env(root)
     env = genv.env
     rss_file = root / "agent-rss.txt" if agent_rss and tool == "git-xet" else None
-    with tool_remote(tool, root, genv, rss_file) as log:
+    with tool_remote(tool, root, genv, rss_file) as (log, server_pid):
         genv.git("init", "-q", "--bare", str(root / "remote.git"))
         work = root / "work"
         genv.git("init", "-q", str(work))
@@ -85,10 +89,15 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
             log.mark()
             if rss_file is not None:
                 rss_file.write_text("")
+            client0, server0 = children_cpu(), process_cpu(server_pid)
             run = timed(cmd, cwd=cwd, env=env, stderr_to=root / f"{name}.stderr")
+            client_cpu, server_cpu = children_cpu() - client0, process_cpu(server_pid) - server0
             bytes_in, bytes_out = log.since_mark()
             peaks = agent_peak_rss(rss_file) if rss_file is not None else []
-            result[name] = {"seconds": run["seconds"], "bytes_in": bytes_in, "bytes_out": bytes_out, "agent_peak_rss_mib": max(peaks, default=float("nan"))}
+            result[name] = {
+                "seconds": run["seconds"], "client_cpu": client_cpu, "server_cpu": server_cpu,
+                "bytes_in": bytes_in, "bytes_out": bytes_out, "agent_peak_rss_mib": max(peaks, default=float("nan")),
+            }  # fmt: skip
 
         phase("push", ["git", "push", "-q", "origin", "main"], work)
         if clone:
@@ -119,7 +128,7 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_r
     summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "agent_rss": agent_rss, "machine": machine(), "tools": {}}
     for tool, runs in results.items():
         summary["tools"][tool] = {
-            phase: {key: median([run[phase][key] for run in runs]) for key in ("seconds", "bytes_in", "bytes_out", "agent_peak_rss_mib")}
+            phase: {key: median([run[phase][key] for run in runs]) for key in PHASE_KEYS}
             for phase in ("push", "clone", "push_v2")
         }
     return summary
@@ -128,7 +137,7 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_r
 def print_table(summary: dict) -> None:
     total = summary["files"] * summary["file_mib"]
     print(f"git push/clone of {summary['files']} x {summary['file_mib']} MiB, median of {summary['repeats']}; {summary['machine']}")
-    print(f"{'phase':<9}{'tool':<9}{'seconds':>9}{'MiB/s':>8}{'MiB moved':>10}{'agent RSS':>10}")
+    print(f"{'phase':<9}{'tool':<9}{'seconds':>9}{'MiB/s':>8}{'client CPU':>11}{'server CPU':>11}{'MiB moved':>10}{'agent RSS':>10}")
     tools = summary["tools"]
     for phase in ("push", "clone", "push_v2"):
         for tool, phases in tools.items():
@@ -136,7 +145,7 @@ def print_table(summary: dict) -> None:
             moved = m["bytes_in"] if phase != "clone" else m["bytes_out"]
             rate = total / m["seconds"] if phase != "push_v2" else float("nan")
             rss = f"{m['agent_peak_rss_mib']:.0f} MiB" if summary["agent_rss"] and tool == "git-xet" else "-"
-            print(f"{phase:<9}{tool:<9}{m['seconds']:>9.2f}{rate:>8.0f}{moved / MIB:>10.1f}{rss:>10}")
+            print(f"{phase:<9}{tool:<9}{m['seconds']:>9.2f}{rate:>8.0f}{m['client_cpu']:>11.2f}{m['server_cpu']:>11.2f}{moved / MIB:>10.1f}{rss:>10}")
         if len(tools) == 2:
             ours, theirs = tools["git-xet"][phase], tools["git-lfs"][phase]
             print(f"{'':<9}{'ratio':<9}{ours['seconds'] / theirs['seconds']:>9.2f}   (git-xet / git-lfs time)")

@@ -1,11 +1,14 @@
-"""Upload/download throughput and agent start-up: git-xet vs hf-xet, same data, same run.
+"""Upload/download throughput and CPU, and agent start-up: git-xet vs hf-xet, same data, same run.
 
     python bench/transfer.py [--size-mib 1024] [--repeats 3] [--json OUT]
 
 For each repeat, a fresh `git xet serve` on 127.0.0.1 and fresh caches: git-xet uploads the
 file, hf-xet uploads the same file to another fresh server (no dedup between them), then each
-downloads its own upload back. Also times the agent from spawn to its `init` answer against a
-bare `python -c pass`. Prints medians and ratios (ours/theirs: <= 1.0 means at least as fast).
+downloads its own upload back. Every upload and download runs in a process of its own, so
+its CPU (user + sys, all threads, interpreter start-up included for both clients) is measured
+exactly, with getrusage(RUSAGE_CHILDREN); the server's CPU per phase is read from /proc. Also
+times the agent from spawn to its `init` answer against a bare `python -c pass`. Prints
+medians and ratios (ours/theirs: <= 1.0 means at least as fast, or as frugal).
 """
 
 from __future__ import annotations
@@ -18,56 +21,74 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import children_cpu, process_cpu  # noqa: E402
+
 from tests import hf_xet_oracle  # noqa: E402
 from tests.server_process import running_server  # noqa: E402
 
-
-def _ours(url: str, token: str, src: Path, out: Path, cache: Path) -> tuple[float, float]:
-    code = r"""
-import sys, time, json
+_OURS = r"""
+import sys, time, json, os
 from pathlib import Path
 from git_xet.memory import tune_allocator
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.client.shard_cache import ShardCache
-from git_xet.pipelines.upload import Uploader
-from git_xet.pipelines.download import download_to_path
 tune_allocator()
-import os
-url, src, out, cache = sys.argv[1:5]
-token = os.environ["GIT_XET_BENCH_TOKEN"]
-backend = HttpCasBackend(url, StaticToken(token))
+phase, url, src, out, cache = sys.argv[1:6]
+backend = HttpCasBackend(url, StaticToken(os.environ["GIT_XET_BENCH_TOKEN"]))
 t = time.perf_counter()
-with Uploader(backend, ShardCache(Path(cache), backend.cache_key)) as up:
-    r = up.add_file(src)
-    up.finalize()
-up_s = time.perf_counter() - t
-t = time.perf_counter()
-download_to_path(backend, r.file_hash, Path(out), size=r.size, sha256=r.sha256)
-print(json.dumps([up_s, time.perf_counter() - t]))
+if phase == "up":
+    from git_xet.pipelines.upload import Uploader
+    with Uploader(backend, ShardCache(Path(cache), backend.cache_key)) as up:
+        r = up.add_file(src)
+        up.finalize()
+    info = {"hash": r.file_hash, "size": r.size, "sha256": r.sha256}
+else:
+    from git_xet.pipelines.download import download_to_path
+    info = json.loads(src)
+    download_to_path(backend, info["hash"], Path(out), size=info["size"], sha256=info["sha256"])
+print(json.dumps({"seconds": time.perf_counter() - t, "info": info}))
 """
+
+
+def measured(server_pid: int, fn: Callable[[], tuple[float, Any]]) -> tuple[dict, Any]:
+    """Run one client process through `fn`: its wall seconds, its CPU and the server's CPU."""
+    client0, server0 = children_cpu(), process_cpu(server_pid)
+    seconds, result = fn()
+    return {"seconds": seconds, "client_cpu": children_cpu() - client0, "server_cpu": process_cpu(server_pid) - server0}, result
+
+
+def _ours(phase: str, url: str, token: str, arg: str, out: Path, cache: Path) -> tuple[float, dict]:
     # The token travels in the environment: a failed command line must not print it.
     proc = subprocess.run(
-        [sys.executable, "-c", code, url, str(src), str(out), str(cache)],
+        [sys.executable, "-c", _OURS, phase, url, arg, str(out), str(cache)],
         capture_output=True, text=True, env=dict(os.environ, GIT_XET_BENCH_TOKEN=token),
     )  # fmt: skip
     if proc.returncode:
-        raise RuntimeError(f"git-xet round trip failed:\n{proc.stderr[-3000:]}")
-    return tuple(json.loads(proc.stdout))
+        raise RuntimeError(f"git-xet {phase} failed:\n{proc.stderr[-3000:]}")
+    answer = json.loads(proc.stdout)
+    return answer["seconds"], answer["info"]
 
 
-def _theirs(url: str, token: str, src: Path, out: Path, work: Path) -> tuple[float, float]:
+def _theirs_up(url: str, token: str, src: Path, work: Path) -> tuple[float, dict]:
     t = time.perf_counter()
     (info,) = hf_xet_oracle.remote_upload([src], url, token, work / "up")
-    up_s = time.perf_counter() - t
+    return time.perf_counter() - t, info
+
+
+def _theirs_down(url: str, token: str, info: dict, out: Path, work: Path) -> tuple[float, None]:
     t = time.perf_counter()
     hf_xet_oracle.remote_download([(out, info["hash"], info["size"])], url, token, work / "down")
-    return up_s, time.perf_counter() - t
+    return time.perf_counter() - t, None
 
 
 def _startup() -> tuple[float, float]:
@@ -87,13 +108,31 @@ def _startup() -> tuple[float, float]:
     return agent, time.perf_counter() - t
 
 
+def round_trip(who: str, src: Path, run: Path) -> dict[str, dict]:
+    """Upload `src` with one client to a fresh server, download it back, check the bytes."""
+    with running_server(run / "data", "--log-level", "warning") as srv:
+        token = srv.token("write")
+        out = run / "out.bin"
+        pid = srv.process.pid
+        if who == "ours":
+            up, info = measured(pid, lambda: _ours("up", srv.url, token, str(src), out, run / "cache"))
+            down, _ = measured(pid, lambda: _ours("down", srv.url, token, json.dumps(info), out, run / "cache"))
+        else:
+            up, info = measured(pid, lambda: _theirs_up(srv.url, token, src, run))
+            down, _ = measured(pid, lambda: _theirs_down(srv.url, token, info, out, run))
+        if subprocess.run(["cmp", "-s", str(src), str(out)]).returncode != 0:
+            raise RuntimeError(f"MISMATCH in {who}'s round trip")
+        out.unlink()
+    return {"up": up, "down": down}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    times: dict[str, list[float]] = {k: [] for k in ("ours_up", "ours_down", "theirs_up", "theirs_down", "agent_init", "python_pass")}
+    samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-") as tmp:
         root = Path(tmp)
         src = root / "data.bin"
@@ -102,35 +141,29 @@ def main() -> int:
                 f.write(os.urandom(min(64 << 20, left)))
         for i in range(args.repeats):
             for who in (("ours", "theirs") if i % 2 == 0 else ("theirs", "ours")):
-                run = root / f"{who}-{i}"
-                with running_server(run / "data", "--log-level", "warning") as srv:
-                    token = srv.token("write")
-                    out = run / "out.bin"
-                    if who == "ours":
-                        up, down = _ours(srv.url, token, src, out, run / "cache")
-                    else:
-                        up, down = _theirs(srv.url, token, src, out, run)
-                    if subprocess.run(["cmp", "-s", str(src), str(out)]).returncode != 0:
-                        print(f"MISMATCH in {who}'s round trip", file=sys.stderr)
-                        return 1
-                    out.unlink()
-                times[f"{who}_up"].append(up)
-                times[f"{who}_down"].append(down)
+                for phase, m in round_trip(who, src, root / f"{who}-{i}").items():
+                    samples.setdefault(f"{who}_{phase}", []).append(m["seconds"])
+                    samples.setdefault(f"{who}_{phase}_cpu", []).append(m["client_cpu"])
+                    samples.setdefault(f"{who}_{phase}_server_cpu", []).append(m["server_cpu"])
         for _ in range(max(5, args.repeats)):
             agent, bare = _startup()
-            times["agent_init"].append(agent)
-            times["python_pass"].append(bare)
-    med = {k: statistics.median(v) for k, v in times.items()}
+            samples.setdefault("agent_init", []).append(agent)
+            samples.setdefault("python_pass", []).append(bare)
+    med = {k: statistics.median(v) for k, v in samples.items()}
     mib = args.size_mib
+    gib = mib / 1024
     print(f"{mib} MiB through `git xet serve` on 127.0.0.1, median of {args.repeats}, {os.cpu_count()} cores")
-    print(f"{'':<10}{'git-xet s':>10}{'MiB/s':>8}{'hf-xet s':>10}{'MiB/s':>8}{'ratio':>8}")
+    print(f"{'':<10}{'git-xet s':>10}{'MiB/s':>8}{'hf-xet s':>10}{'MiB/s':>8}{'ratio':>7}  {'client CPU s/GiB':>22}{'ratio':>7}  {'server CPU s/GiB':>18}")
     for phase in ("up", "down"):
         o, t = med[f"ours_{phase}"], med[f"theirs_{phase}"]
-        print(f"{'upload' if phase == 'up' else 'download':<10}{o:>10.2f}{mib / o:>8.0f}{t:>10.2f}{mib / t:>8.0f}{o / t:>8.2f}")
+        oc, tc = med[f"ours_{phase}_cpu"] / gib, med[f"theirs_{phase}_cpu"] / gib
+        os_, ts = med[f"ours_{phase}_server_cpu"] / gib, med[f"theirs_{phase}_server_cpu"] / gib
+        name = "upload" if phase == "up" else "download"
+        print(f"{name:<10}{o:>10.2f}{mib / o:>8.0f}{t:>10.2f}{mib / t:>8.0f}{o / t:>7.2f}  {oc:>10.2f} vs {tc:>8.2f}{oc / tc:>7.2f}  {os_:>7.2f} vs {ts:>7.2f}")
     print(f"agent init {1000 * med['agent_init']:.0f} ms vs python -c pass {1000 * med['python_pass']:.0f} ms: {med['agent_init'] / med['python_pass']:.2f}x (target <= 2x)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"size_mib": mib, "repeats": args.repeats, "median_seconds": med}, indent=2))
+        args.json.write_text(json.dumps({"size_mib": mib, "repeats": args.repeats, "median_seconds": med, "samples": samples}, indent=2))
     return 0
 
 

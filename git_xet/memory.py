@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import sys
+import threading
 
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
@@ -24,9 +26,80 @@ def tune_allocator() -> None:
         return
     _tuned = True
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # glibc's soname directly: find_library runs `ldconfig -p` (a subprocess every agent
+        # paid; git-lfs starts eight of them), so it is only the fallback.
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return
     mallopt(_M_MMAP_THRESHOLD, 1 << 20)
     mallopt(_M_ARENA_MAX, 2)
+
+
+class WindowPool:
+    """Reusable anonymous maps for large, short-lived buffers (downloaded xorb ranges).
+
+    A fresh 64 MiB buffer per range costs a download about a fifth of its CPU: glibc maps
+    every allocation above the 1 MiB threshold anew, and each of its 16384 pages is then
+    faulted in, zeroed and finally unmapped. A recycled map's pages are already there.
+
+    `take(size)` hands out a view of `size` bytes of a map (fresh or spare); `give_back(view)`
+    returns the map to the spares if nothing still looks into it (a map with live views
+    refuses to be resized, which is the test), else leaves it to the garbage collector. At
+    most `max_spare` maps are kept: that, plus what is in use, bounds the memory held.
+    """
+
+    def __init__(self, capacity: int, max_spare: int = 2) -> None:
+        self.capacity = capacity
+        self.max_spare = max_spare
+        self._spare: list[mmap.mmap] = []
+        self._lock = threading.Lock()
+        self.maps_made = 0  # how many maps were ever created: recycling keeps it small
+
+    def take(self, size: int) -> memoryview:
+        if not 0 <= size <= self.capacity:
+            raise ValueError(f"a pooled window holds at most {self.capacity} bytes, not {size}")
+        with self._lock:
+            buffer = self._spare.pop() if self._spare else None
+        if buffer is None:
+            buffer = mmap.mmap(-1, self.capacity)
+            with self._lock:
+                self.maps_made += 1
+        return memoryview(buffer)[:size]
+
+    def give_back(self, view: memoryview) -> bool:
+        """True if the window's map is now a spare. A pooled `view` is released either way."""
+        buffer = view.obj
+        if not isinstance(buffer, mmap.mmap) or len(buffer) != self.capacity:
+            return False
+        view.release()
+        try:
+            buffer.resize(self.capacity)  # BufferError while any view of it is alive
+        except (BufferError, OSError, SystemError):
+            return False
+        with self._lock:
+            if len(self._spare) >= self.max_spare:
+                return False
+            self._spare.append(buffer)
+        return True
+
+
+_xorb_range_windows: WindowPool | None = None
+_pool_lock = threading.Lock()
+
+
+def xorb_range_windows() -> WindowPool:
+    """The process's pool for downloaded xorb ranges (filled by the HTTP backend, given back
+    by the download pipeline); made on first use, so importing this module stays cheap."""
+    global _xorb_range_windows
+    if _xorb_range_windows is None:
+        from .core.xorb import MAX_XORB_BODY_BYTES
+
+        with _pool_lock:
+            if _xorb_range_windows is None:
+                _xorb_range_windows = WindowPool(MAX_XORB_BODY_BYTES)
+    return _xorb_range_windows
+

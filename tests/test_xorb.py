@@ -22,8 +22,54 @@ def _build(chunks: list[bytes]) -> xorb.VerifiedXorb:
 
 
 def _sample_chunks() -> list[bytes]:
-    data = random_bytes(150_000, 1) + bytes(100_000) + float32_like(200_000, 2) + b"tail"
+    data = bytes(100_000) + random_bytes(150_000, 1) + float32_like(200_000, 2) + b"tail"
     return list(iter_chunks([data]))
+
+
+def test_compression_is_tried_per_run_of_chunks() -> None:
+    """A run whose first chunk does not shrink is stored raw; in a run whose first chunk does,
+    every chunk is compressed when that makes it smaller."""
+    run = xorb.CHUNKS_PER_COMPRESSION_DECISION
+    noise = [random_bytes(9000 + k, k) for k in range(2 * run)]
+    zeros = [bytes(9000 + k) for k in range(2 * run)]
+    first = [noise[0]] + [zeros[k] if k % 2 else noise[k] for k in range(1, run)]
+    second = [zeros[run]] + [zeros[k] if k % 2 else noise[k] for k in range(run + 1, 2 * run)]
+    built = _build(first + second)
+    schemes = [r.scheme for r in xorb.parse_xorb(built.body).records]
+    assert schemes[:run] == [0] * run
+    assert schemes[run:] == [1] + [1 if k % 2 else 0 for k in range(run + 1, 2 * run)]
+    assert xorb.decode_all_chunks(built.body, xorb.parse_xorb(built.body).records) == first + second
+
+
+_KINDS = {
+    "noise": lambda k: random_bytes(8192 + 37 * k, k),
+    "zeros": lambda k: bytes(8192 + 37 * k),
+    "floats": lambda k: float32_like(8192 + 36 * k, k),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_KINDS)), min_size=1, max_size=70))
+def test_compression_policy_over_runs(kinds: list[str]) -> None:
+    """Every record's scheme follows the per-run policy, derived here from the compression
+    primitives alone: a run's first chunk gets the predicted scheme if that shrinks it; the
+    rest of the run tries the same scheme, or nothing when the first chunk stayed raw."""
+    from git_xet.core.compression import CompressionScheme, compress_chunk, predict_scheme
+
+    chunks = [_KINDS[kind](k) for k, kind in enumerate(kinds)]
+    built = _build(chunks)
+    records = xorb.parse_xorb(built.body).records
+    run_scheme = CompressionScheme.NONE
+    for i, (chunk, record) in enumerate(zip(chunks, records)):
+        if i % xorb.CHUNKS_PER_COMPRESSION_DECISION == 0:
+            run_scheme = compress_chunk(chunk, predict_scheme(chunk))[0]
+            expected = run_scheme
+        elif run_scheme is CompressionScheme.NONE:
+            expected = CompressionScheme.NONE
+        else:
+            expected = compress_chunk(chunk, run_scheme)[0]
+        assert record.scheme == expected, i
+    assert xorb.decode_all_chunks(built.body, records) == chunks
 
 
 def test_build_parse_round_trip_both_forms() -> None:
@@ -31,7 +77,7 @@ def test_build_parse_round_trip_both_forms() -> None:
     built = _build(chunks)
     assert built.xorb_hash == xorb_hash([chunk_hash(c) for c in chunks], [len(c) for c in chunks])
     schemes = {r.scheme for r in xorb.parse_xorb(built.body).records}
-    assert schemes >= {0, 1}  # random data stored raw, zeros compressed
+    assert schemes >= {0, 1}  # zeros compressed, random data stored raw
     for blob in (built.body, built.with_footer()):
         parsed = xorb.parse_xorb(blob)
         assert (parsed.footer is None) == (blob is built.body)
@@ -65,8 +111,7 @@ def test_tampered_xorb_fails_verification() -> None:
     with pytest.raises(HashMismatchError):
         xorb.verify_xorb(built.body, bytes(32))
     raw = bytearray(built.body)
-    first = xorb.parse_xorb(raw).records[0]
-    assert first.scheme == 0
+    first = next(r for r in xorb.parse_xorb(raw).records if r.scheme == 0)
     raw[first.payload_start + 5] ^= 1
     with pytest.raises(HashMismatchError):
         xorb.verify_xorb(bytes(raw), built.xorb_hash)

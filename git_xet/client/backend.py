@@ -25,5 +25,8 @@ class XetBackend(Protocol):
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
         """How to rebuild the file or inclusive byte range; NotFoundError / RangeNotSatisfiableError."""
 
-    def fetch(self, fetch: FetchRange) -> bytes | bytearray:
-        """Exactly the bytes [byte_start, byte_end] of the xorb; UrlExpiredError if refused."""
+    def fetch(self, fetch: FetchRange) -> bytes | bytearray | memoryview:
+        """Exactly the bytes [byte_start, byte_end] of the xorb; UrlExpiredError if refused.
+
+        A memoryview may be a pooled window (memory.xorb_range_windows) that the caller gives
+        back once nothing looks into it any more."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import httpx
 
 from .. import __version__
+from ..memory import xorb_range_windows
 from ..core.checksums import crc64nvme
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex
@@ -27,7 +28,11 @@ log = logging.getLogger("git_xet.client")
 USER_AGENT = f"git-xet/{__version__}"
 # Connect fast-ish, but let a busy server take its time on big bodies.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=60.0, read=300.0, write=300.0, pool=60.0)
-BODY_SLICE = 1 << 20
+# Below glibc's mmap threshold (pinned at 1 MiB by memory.tune_allocator): h11 joins each piece
+# into a new bytes object, and a piece that size would be a fresh mmap, page-faulted and unmapped
+# every time (a quarter of the client's CPU per uploaded GiB went there).
+BODY_SLICE = 256 << 10
+_POOLED_WINDOW_MIN = 1 << 20
 # Bounds on what a server can make us read: the largest answer we parse (JSON, shard frames, a
 # dedup shard; a reconstruction of a heavily fragmented multi-GB file stays far below), and how
 # much of an error body we keep for its message.
@@ -36,7 +41,7 @@ MAX_ERROR_BYTES = 64 * 1024
 
 
 def _body_slices(body: bytes | memoryview) -> Iterator[memoryview]:
-    """A request body as zero-copy 1 MiB views.
+    """A request body as zero-copy BODY_SLICE views.
 
     httpcore writes a bytes body with `buffer = buffer[n:]` after each partial send, which
     copies the rest of a 64 MiB xorb dozens of times (seconds of CPU per GiB); slices keep
@@ -126,12 +131,14 @@ def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     )
 
 
-def _read_window(resp: httpx.Response, skip: int, size: int, *, exact: bool) -> tuple[bytearray, int]:
+def _read_window(resp: httpx.Response, skip: int, size: int, *, exact: bool) -> tuple[bytearray | memoryview, int]:
     """Stream bytes [skip, skip + size) of a body into one buffer of `size` bytes: no list of
     pieces joined at the end (which briefly doubles a 16 MiB range in memory), and nothing
     outside the window is kept. With `exact`, a body longer than the window is an error;
     otherwise (a server that ignored Range) reading stops at the window's end."""
-    buf = bytearray(size)
+    # A large window is a recycled map (see memory.WindowPool): no fresh pages to fault in.
+    pooled = _POOLED_WINDOW_MIN <= size <= xorb_range_windows().capacity
+    buf: bytearray | memoryview = xorb_range_windows().take(size) if pooled else bytearray(size)
     view = memoryview(buf)
     received = 0
     for piece in resp.iter_raw():
@@ -365,12 +372,12 @@ class HttpCasBackend:
                 raise TransferError(f"malformed reconstruction answer for {file_hex}: {exc}", retryable=True) from None
         raise AssertionError("unreachable")
 
-    def fetch(self, fetch: FetchRange) -> bytes | bytearray:
+    def fetch(self, fetch: FetchRange) -> bytes | bytearray | memoryview:
         if fetch.url is None:
             raise TransferError("reconstruction answer has no URL for a xorb range")
         expected = fetch.byte_end - fetch.byte_start + 1
 
-        def attempt() -> bytes | bytearray:
+        def attempt() -> bytes | bytearray | memoryview:
             # Presigned URL: exactly the signed Range, and no bearer token.
             headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", "X-Xet-Session-Id": self.session_id}
             with self.http.stream("GET", fetch.url, headers=headers) as resp:

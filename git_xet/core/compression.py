@@ -7,6 +7,7 @@ LZ4 decoder may produce, so a hostile payload cannot make us allocate more than 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from enum import IntEnum
 
 import lz4.frame
@@ -101,6 +102,31 @@ _POPCOUNT_VALUES = [bytes([v]) for v in range(9)]
 BG4_KL_THRESHOLD = 0.02
 
 
+def lane_popcount_histograms_reference(sample: bytes | memoryview) -> tuple[int, ...]:
+    """For each lane k (bytes at i % 4 == k), how many bytes have popcount p: entry 9 * k + p.
+
+    The specification of the C ``_bg4.lane_popcount_histograms`` (tests compare the two) and
+    the fallback without it.
+    """
+    raw = bytes(sample)
+    out: list[int] = []
+    for lane in range(4):
+        counts = raw[lane::4].translate(_POPCOUNT)
+        out.extend(counts.count(v) for v in _POPCOUNT_VALUES)
+    return tuple(out)
+
+
+def _load_histograms() -> Callable[[bytes | memoryview], tuple[int, ...]]:
+    try:
+        from ._bg4 import lane_popcount_histograms  # type: ignore[import-not-found]
+    except ImportError:
+        return lane_popcount_histograms_reference
+    return lane_popcount_histograms  # type: ignore[no-any-return]
+
+
+lane_popcount_histograms = _load_histograms()
+
+
 def bg4_recommended(sample: bytes | memoryview) -> bool:
     """xet-core's BG4 predictor: compare per-lane popcount histograms to the pooled one.
 
@@ -108,11 +134,8 @@ def bg4_recommended(sample: bytes | memoryview) -> bool:
     mantissa bytes); when the largest KL divergence of a lane's distribution of per-byte
     popcounts from the pooled distribution exceeds 0.02, grouping bytes by lane helps LZ4.
     """
-    raw = bytes(sample)
-    histograms = []
-    for lane in range(4):
-        counts = raw[lane::4].translate(_POPCOUNT)
-        histograms.append([counts.count(v) for v in _POPCOUNT_VALUES])
+    flat = lane_popcount_histograms(sample)
+    histograms = [flat[9 * lane : 9 * lane + 9] for lane in range(4)]
     pooled = [1 + sum(h[j] for h in histograms) for j in range(9)]
     pooled_total = sum(pooled) - 9  # the +1 smoothing is not counted, as in xet-core
     max_kl = 0.0

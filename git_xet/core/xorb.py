@@ -20,7 +20,8 @@ from .hashes import chunk_hash, xorb_hash
 CHUNK_HEADER_SIZE = 8
 CHUNK_FORMAT_VERSION = 0
 # One compression decision per run of chunks, as xet-core does: the predictor is cheap but
-# not free, and neighbouring chunks of one file tend to share structure.
+# not free, and neighbouring chunks of one file tend to share structure. When the run's first
+# chunk does not shrink, the rest of the run is stored raw without trying (see XorbBuilder.add).
 CHUNKS_PER_COMPRESSION_DECISION = 32
 
 _FOOTER_IDENT = b"XETBLOB"
@@ -32,13 +33,12 @@ _BOUNDARIES_VERSION = 1
 _TRAILER = struct.Struct("<III16s")  # num_chunks, hashes offset from end, boundaries offset from end, buffer
 
 
+# A header is two little-endian u32s: version | compressed size << 8, scheme | size << 8.
+_CHUNK_HEADER = struct.Struct("<II")
+
+
 def pack_chunk_header(compressed_size: int, scheme: int, uncompressed_size: int) -> bytes:
-    return (
-        bytes([CHUNK_FORMAT_VERSION])
-        + compressed_size.to_bytes(3, "little")
-        + bytes([scheme])
-        + uncompressed_size.to_bytes(3, "little")
-    )
+    return _CHUNK_HEADER.pack(CHUNK_FORMAT_VERSION | compressed_size << 8, scheme | uncompressed_size << 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,24 +308,40 @@ class XorbBuilder:
         return self.num_chunks < MAX_XORB_CHUNKS and self._unpacked_size + size <= MAX_XORB_BYTES
 
     def add(self, data: bytes | memoryview, digest: bytes | None = None) -> int:
-        """Append a chunk; returns its index in the xorb. Check can_add first."""
-        if not data or len(data) > MAX_CHUNK_SIZE:
-            raise ValueError(f"chunk size {len(data)} outside 1..{MAX_CHUNK_SIZE}")
-        if not self.can_add(len(data)):
+        """Append a chunk; returns its index in the xorb. Check can_add first.
+
+        The first chunk of each run of CHUNKS_PER_COMPRESSION_DECISION picks the scheme (BG4
+        predictor) and is compressed with it; if that did not shrink it, the run's other
+        chunks are stored raw without trying: on incompressible data (most model weights)
+        that spares an LZ4 pass per chunk, and a compressible stretch costs at most one run.
+        """
+        size = len(data)
+        if not 0 < size <= MAX_CHUNK_SIZE:
+            raise ValueError(f"chunk size {size} outside 1..{MAX_CHUNK_SIZE}")
+        if not self.can_add(size):
             raise ValueError("xorb is full")
-        index = self.num_chunks
+        index = len(self._hashes)
         if index % CHUNKS_PER_COMPRESSION_DECISION == 0:
-            self._scheme = predict_scheme(data)
-        scheme, payload = compress_chunk(data, self._scheme)
+            scheme, payload = compress_chunk(data, predict_scheme(data))
+            self._scheme = scheme
+        elif self._scheme is not CompressionScheme.NONE:
+            scheme, payload = compress_chunk(data, self._scheme)
+        else:
+            scheme, payload = CompressionScheme.NONE, data
         start = self._body_size
         end = start + CHUNK_HEADER_SIZE + len(payload)
-        self._buffer[start : start + CHUNK_HEADER_SIZE] = pack_chunk_header(len(payload), scheme, len(data))
-        self._buffer[start + CHUNK_HEADER_SIZE : end] = payload
+        header = (CHUNK_FORMAT_VERSION | len(payload) << 8, scheme | size << 8)
+        if self._owns_buffer:
+            self._buffer += _CHUNK_HEADER.pack(*header)
+            self._buffer += payload
+        else:
+            _CHUNK_HEADER.pack_into(self._buffer, start, *header)
+            self._buffer[start + CHUNK_HEADER_SIZE : end] = payload
         self._body_size = end
         self._byte_ends.append(end)
         self._hashes.append(digest if digest is not None else chunk_hash(data))
-        self._sizes.append(len(data))
-        self._unpacked_size += len(data)
+        self._sizes.append(size)
+        self._unpacked_size += size
         return index
 
     def build(self) -> VerifiedXorb:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,6 +27,7 @@ from ..core.hashes import chunk_hash, file_hash, hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.xorb import decode_chunk, parse_chunk_records
 from ..fsutil import atomic_output
+from ..memory import xorb_range_windows
 from .fetch_schedule import Load, plan_loads
 
 log = logging.getLogger("git_xet.download")
@@ -47,6 +49,20 @@ class DownloadResult:
 
 
 Decoded = list[tuple[bytes | memoryview, bytes | None] | None]  # per chunk of a fetch range
+
+
+@dataclass
+class _Loaded:
+    """A fetched range (maybe a pooled window) and its decoded chunks, which may be views
+    into it: the window goes back to the pool once its last term is written."""
+
+    raw: bytes | bytearray | memoryview
+    chunks: Decoded
+
+    def give_back(self) -> None:
+        raw, self.raw, self.chunks = self.raw, b"", []
+        if isinstance(raw, memoryview):
+            xorb_range_windows().give_back(raw)
 
 
 class _Fetcher:
@@ -82,7 +98,7 @@ class _Fetcher:
                 return fetch
         raise TransferError(f"the server no longer offers chunks [{stale.chunk_start}, {stale.chunk_end}) of xorb {stale.xorb}", retryable=True)
 
-    def __call__(self, fetch: FetchRange) -> Decoded:
+    def __call__(self, fetch: FetchRange) -> _Loaded:
         """The range's needed chunks, decoded, each with its hash when the file is verified
         (computed here, in a worker thread, so BLAKE3 runs beside the writer); None for
         chunks no term takes."""
@@ -114,7 +130,50 @@ class _Fetcher:
                         out[i] = (chunk, chunk_hash(chunk) if self.hash_chunks else None)
         except FormatError as exc:
             raise IntegrityError(f"xorb {fetch.xorb[:12]} range is corrupt: {exc}", retryable=True) from None
-        return out
+        return _Loaded(raw, out)
+
+
+class _HashBehind:
+    """The sha256 of what the writer wrote, in a thread of its own and in order, and what must
+    wait for it (giving a window back once the hash has read it).
+
+    hashlib releases the GIL on large updates, so the hash overlaps the writes and the
+    fetches instead of adding to the writer's time. The queue bounds how far it lags.
+    """
+
+    _LAG = 64  # queued chunk views (or actions)
+
+    def __init__(self, digest: hashlib._Hash) -> None:
+        self.digest = digest
+        self._queue: queue.Queue[memoryview | Callable[[], None] | None] = queue.Queue(self._LAG)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="git-xet-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # keep draining so that the writer never blocks on a dead hash
+            try:
+                if callable(item):
+                    item()
+                else:
+                    self.digest.update(item)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by close()
+                self._error = exc
+
+    def update(self, view: memoryview) -> None:
+        self._queue.put(view)
+
+    def then(self, action: Callable[[], None]) -> None:
+        self._queue.put(action)
+
+    def close(self) -> None:
+        """Wait until everything queued is done; raise what failed in the thread."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _plan_loads(plan: Reconstruction, term_fetches: list[FetchRange], budget: int) -> tuple[list[Load], list[int], dict[FetchRange, set[tuple[int, int, int]]]]:
@@ -160,7 +219,7 @@ def download(
     loads, serving, needed = _plan_loads(plan, term_fetches, max_inflight_bytes)
 
     fetcher = _Fetcher(backend, file_hex, byte_range, needed, hash_chunks=whole)
-    futures: dict[int, Future[Decoded]] = {}  # load index -> its fetch, until its last term
+    futures: dict[int, Future[_Loaded]] = {}  # load index -> its fetch, until its last term
     submitted = 0  # loads are started in order: loads[:submitted] have been
     held = 0  # cost of the loads in `futures`
     hashes_seen: list[bytes] = []
@@ -186,37 +245,49 @@ def download(
                 held += load.cost
                 submitted += 1
 
+        def write_term(chunks: Decoded) -> None:
+            """Write (and hash) one term's chunks; no view of them outlives the call."""
+            nonlocal written, skip
+            for entry in chunks:
+                assert entry is not None, "the fetcher decodes every chunk a term takes"
+                chunk, hashed = entry
+                if hashed is not None:
+                    hashes_seen.append(hashed)
+                    sizes_seen.append(len(chunk))
+                view = memoryview(chunk)[skip:]
+                skip = max(0, skip - len(chunk))
+                if want is not None:
+                    view = view[: want - written]
+                if view:
+                    out.write(view)
+                    if behind is not None:
+                        behind.update(view)
+                    written += len(view)
+                    if progress:
+                        progress(len(view))
+
+        behind = _HashBehind(digest) if digest is not None else None
         try:
             for position, term in enumerate(plan.terms):
                 top_up(position)
                 index = serving[position]
                 load = loads[index]
-                chunks = futures[index].result()
+                loaded = futures[index].result()
                 first = term.chunk_start - term_fetches[position].chunk_start
-                for entry in chunks[first : first + term.chunk_end - term.chunk_start]:
-                    assert entry is not None, "the fetcher decodes every chunk a term takes"
-                    chunk, hashed = entry
-                    if hashed is not None:
-                        hashes_seen.append(hashed)
-                        sizes_seen.append(len(chunk))
-                    view = memoryview(chunk)[skip:]
-                    skip = max(0, skip - len(chunk))
-                    if want is not None:
-                        view = view[: want - written]
-                    if view:
-                        out.write(view)
-                        if digest is not None:
-                            digest.update(view)
-                        written += len(view)
-                        if progress:
-                            progress(len(view))
-                del chunks
+                write_term(loaded.chunks[first : first + term.chunk_end - term.chunk_start])
                 if load.last_term == position:
                     del futures[index]
                     held -= load.cost
+                    if behind is not None:
+                        behind.then(loaded.give_back)  # once the hash has read the window
+                    else:
+                        loaded.give_back()
+                del loaded
         finally:
             for future in futures.values():
                 future.cancel()
+            if behind is not None:
+                behind.close()
 
     verified = False
     if whole:
