@@ -43,7 +43,7 @@ def remote_for(tool: str, root: Path, genv: GitEnv) -> Iterator[None]:
         genv.git_xet("install", "--standalone", str(root / "store"))
         yield
     else:
-        with plain_lfs_server(root / "lfs-server") as (url, _log):
+        with plain_lfs_server(root / "lfs-server") as (url, _log, _pid):
             genv.git("lfs", "install")
             genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
             yield

@@ -4,7 +4,7 @@
 
 Runs chunk_hash.py, transfer.py, git_e2e.py, dedup.py, a peak-RSS git push/clone,
 cache_scale.py (agent start-up against 1 TiB of cached history), bucket_store.py (a serverless
-store on a local SeaweedFS) and wan.py, each in its own process, writing <out>/<name>.json; then
+store on a local SeaweedFS), wan.py and many_files.py, each in its own process, writing <out>/<name>.json; then
 prints the summary, writes <out>/summary.md and <out>/summary.json, and draws the headline rows
 (plot.py) into <out>/benchmarks.png and, for a full run, bench/benchmarks.png (the README's
 figure). The full run takes about 30 minutes on 2 cores; --quick uses small sizes (a smoke test
@@ -36,6 +36,7 @@ FULL = {
     "cache_scale": ["--sizes-gib", "4,32,128,1024", "--agents", "8", "--upload-mib", "256"],
     "bucket_store": ["--size-mib", "1024"],
     "wan": ["--file-mib", "256", "--small-files", "200", "--repeats", "3"],
+    "many_files": ["--files", "1000", "--repeats", "3"],
 }
 QUICK = {
     "chunk_hash": ["--size-mib", "128", "--repeats", "2"],
@@ -46,6 +47,7 @@ QUICK = {
     "cache_scale": ["--sizes-gib", "1,4", "--agents", "8", "--upload-mib", "64"],
     "bucket_store": ["--size-mib", "128"],
     "wan": ["--file-mib", "8", "--small-files", "10", "--repeats", "1", "--mbit", "400"],
+    "many_files": ["--files", "50", "--repeats", "1"],
 }
 SCRIPT = {
     "chunk_hash": "chunk_hash.py",
@@ -56,6 +58,7 @@ SCRIPT = {
     "cache_scale": "cache_scale.py",
     "bucket_store": "bucket_store.py",
     "wan": "wan.py",
+    "many_files": "many_files.py",
 }
 
 
@@ -122,6 +125,13 @@ def summarize(results: dict[str, dict]) -> str:
     for phase in ("push", "push_v2", "clone"):
         seconds = b[f"{phase}_seconds"]
         rows.append(_row(f"bucket store: git {phase.replace('_', ' ')} of {label} on loopback SeaweedFS (s)", f"{seconds:.2f} ({b['size_mib'] / seconds:.0f} MiB/s)", "", None, "", None))
+    m = results.get("many_files")
+    if m:
+        for tool, store, target in (("git-xet", "`git xet serve`", 1.5), ("git-xet-local", "a local store", 1.2)):
+            for phase in ("push", "clone"):
+                ours, basic = m["tools"][tool][phase], m["tools"]["git-lfs"][phase]
+                ratio = m["tools"][tool]["ratio"][phase]
+                rows.append(_row(f"{m['files']} small files: git {phase} via {store} (s)", f"{ours:.2f}", f"git-lfs basic {basic:.2f}", ratio, f"<= {target}", ratio <= target))
     w = results.get("wan")
     if w:
         link = f"{w['mbit']:g} Mbit/s {w['rtt_ms']:g} ms"
