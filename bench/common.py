@@ -7,6 +7,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -116,3 +117,18 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
     return f"{os.cpu_count()} cores, {cpu}, {mem:.0f} GiB RAM, Python {sys.version.split()[0]}"
+
+
+def lfs_repo_with(genv, root: Path, sources: list[Path]) -> Path:
+    """A work tree under `root` with `sources` committed as LFS files (*.bin) and a bare
+    `root/remote.git` as its origin; `genv` is a tests.gitenv.GitEnv. Returns the work tree."""
+    genv.git("init", "-q", "--bare", str(root / "remote.git"))
+    work = root / "work"
+    genv.git("init", "-q", str(work))
+    genv.git("lfs", "track", "*.bin", cwd=work)
+    for src in sources:
+        shutil.copyfile(src, work / src.name)
+    genv.git("add", ".", cwd=work)
+    genv.git("commit", "-qm", "v1", cwd=work)
+    genv.git("remote", "add", "origin", str(root / "remote.git"), cwd=work)
+    return work

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, RequestLog, children_cpu, edit_file, machine, median, process_cpu, timed, write_json, write_random_file  # noqa: E402
+from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, process_cpu, timed, write_json, write_random_file  # noqa: E402
 
 from tests.gitenv import agent_peak_rss, make_git_env, record_agent_rss  # noqa: E402
 from tests.server_process import running_server  # noqa: E402
@@ -74,15 +74,7 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
     env = genv.env
     rss_file = root / "agent-rss.txt" if agent_rss and tool == "git-xet" else None
     with tool_remote(tool, root, genv, rss_file) as (log, server_pid):
-        genv.git("init", "-q", "--bare", str(root / "remote.git"))
-        work = root / "work"
-        genv.git("init", "-q", str(work))
-        genv.git("lfs", "track", "*.bin", cwd=work)
-        for src in sources:
-            shutil.copyfile(src, work / src.name)
-        genv.git("add", ".", cwd=work)
-        genv.git("commit", "-qm", "v1", cwd=work)
-        genv.git("remote", "add", "origin", str(root / "remote.git"), cwd=work)
+        work = lfs_repo_with(genv, root, sources)
         result: dict = {}
 
         def phase(name: str, cmd: list[str], cwd: Path) -> None:

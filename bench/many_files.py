@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median, timed, write_json  # noqa: E402
+from common import lfs_repo_with, machine, median, timed, write_json  # noqa: E402
 from git_e2e import plain_lfs_server  # noqa: E402
 
 from tests.gitenv import GitEnv, make_git_env  # noqa: E402
@@ -62,15 +62,7 @@ def make_files(directory: Path, count: int, seed: int = 0) -> list[Path]:
 def run_tool(tool: str, root: Path, sources: list[Path]) -> dict[str, float]:
     genv = make_git_env(root)
     with remote_for(tool, root, genv):
-        genv.git("init", "-q", "--bare", str(root / "remote.git"))
-        work = root / "work"
-        genv.git("init", "-q", str(work))
-        genv.git("lfs", "track", "*.bin", cwd=work)
-        for src in sources:
-            shutil.copyfile(src, work / src.name)
-        genv.git("add", ".", cwd=work)
-        genv.git("commit", "-qm", "v1", cwd=work)
-        genv.git("remote", "add", "origin", str(root / "remote.git"), cwd=work)
+        work = lfs_repo_with(genv, root, sources)
         push = timed(["git", "push", "-q", "origin", "main"], cwd=work, env=genv.env, stderr_to=root / "push.stderr")
         clone = timed(["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], cwd=root, env=genv.env, stderr_to=root / "clone.stderr")
         for src in sources:

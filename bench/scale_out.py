@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import MIB, machine, timed, write_json, write_random_file  # noqa: E402
+from common import MIB, lfs_repo_with, machine, timed, write_json, write_random_file  # noqa: E402
 
 from tests.gitenv import make_git_env  # noqa: E402
 from tests.nginx_process import reserve_port, running_nginx  # noqa: E402
@@ -89,15 +89,7 @@ def run_once(mode: str, workload: str, sources: list[Path], root: Path, pg: Post
         genv.env["SSL_CERT_FILE"] = str(cert)
         genv.git_xet("install", "--standalone", url)
         genv.git("config", "--global", "xet.token", token)
-        genv.git("init", "-q", "--bare", str(root / "remote.git"))
-        work = root / "work"
-        genv.git("init", "-q", str(work))
-        genv.git("lfs", "track", "*.bin", cwd=work)
-        for src in sources:
-            shutil.copyfile(src, work / src.name)
-        genv.git("add", ".", cwd=work)
-        genv.git("commit", "-qm", "v1", cwd=work)
-        genv.git("remote", "add", "origin", str(root / "remote.git"), cwd=work)
+        work = lfs_repo_with(genv, root, sources)
         result: dict = {}
         for phase, cmd, cwd in (
             ("push", ["git", "push", "-q", "origin", "main"], work),
