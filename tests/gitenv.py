@@ -33,6 +33,20 @@ class GitEnv:
     def git_xet(self, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run(sys.executable, "-m", "git_xet", *args, cwd=cwd, check=check)
 
+    def lfs_work_tree(self, files: dict[str, bytes], *, work: str = "work", remote: str | Path = "remote.git", new_remote: bool = True) -> Path:
+        """A clone of `remote` (a new bare repository unless new_remote=False) at `work`, with
+        `files` committed as LFS objects (*.bin tracked); nothing pushed yet."""
+        if new_remote:
+            self.git("init", "-q", "--bare", str(remote))
+        self.git("clone", "-q", str(remote), work)
+        tree = self.root / work
+        self.git("lfs", "track", "*.bin", cwd=tree)
+        for name, data in files.items():
+            (tree / name).write_bytes(data)
+        self.git("add", ".", cwd=tree)
+        self.git("commit", "-qm", "v1", cwd=tree)
+        return tree
+
     def agent_log(self) -> str:
         path = Path(self.env["GIT_XET_LOG"])
         return path.read_text(errors="replace") if path.exists() else ""

@@ -159,17 +159,6 @@ def _machine(tmp: Path, name: str, s3: RunningS3, **env: str) -> GitEnv:
     return g
 
 
-def _repo(g: GitEnv, remote: Path, files: dict[str, bytes]) -> Path:
-    g.git("clone", str(remote), "work")
-    work = g.root / "work"
-    g.git("lfs", "track", "*.bin", cwd=work)
-    for name, data in files.items():
-        (work / name).write_bytes(data)
-    g.git("add", ".", cwd=work)
-    g.git("commit", "-m", "v1", cwd=work)
-    return work
-
-
 def test_git_push_clone_elsewhere_and_v2_through_a_bucket(tmp_path: Path, seaweed: RunningS3) -> None:
     bucket = seaweed.new_bucket()
     store = f"s3://{bucket}/team/store"
@@ -180,7 +169,7 @@ def test_git_push_clone_elsewhere_and_v2_through_a_bucket(tmp_path: Path, seawee
     out = a.git_xet("install", "--standalone", store)
     assert f"created a new XET store at {store}" in out.stdout
     files = {"model.bin": random_bytes(12 * MIB, 45), "zeros.bin": bytes(2 * MIB), "notes.txt": b"plain git\n"}
-    work = _repo(a, remote, files)
+    work = a.lfs_work_tree(files, remote=remote, new_remote=False)
     a.git("push", "origin", "main", cwd=work)
     for name in ("model.bin", "zeros.bin"):
         assert objects.exists(f"lfs/{hashlib.sha256(files[name]).hexdigest()}")
@@ -217,7 +206,7 @@ def test_two_machines_push_overlapping_content_at_once(tmp_path: Path, seaweed: 
         remote = tmp_path / f"{name}.git"
         g.git("init", "--bare", str(remote))
         g.git_xet("install", "--standalone", store)
-        pushes[name] = (g, _repo(g, remote, files))
+        pushes[name] = (g, g.lfs_work_tree(files, remote=remote, new_remote=False))
     procs = {name: g.popen("git", "push", "origin", "main", cwd=work) for name, (g, work) in pushes.items()}
     for name, proc in procs.items():
         assert proc.wait(timeout=300) == 0, (machines[name].root / "popen.log").read_text(errors="replace")[-3000:]
@@ -242,7 +231,7 @@ def test_wrong_credentials_give_a_clear_message(tmp_path: Path, seaweed: Running
     g = _machine(tmp_path, "good", seaweed)
     g.git("init", "--bare", str(tmp_path / "remote.git"))
     g.git_xet("install", "--standalone", store)
-    work = _repo(g, tmp_path / "remote.git", {"model.bin": random_bytes(MIB, 50)})
+    work = g.lfs_work_tree({"model.bin": random_bytes(MIB, 50)}, remote=tmp_path / "remote.git", new_remote=False)
     g.env["AWS_ACCESS_KEY_ID"] = "nobody-knows-me"
     push = g.git("push", "origin", "main", cwd=work, check=False)
     assert push.returncode != 0
@@ -270,7 +259,7 @@ def test_agent_killed_mid_push_then_the_next_push_resumes(tmp_path: Path, seawee
         g = _machine(tmp_path, "a", seaweed, AWS_ENDPOINT_URL=proxy)
         g.git("init", "--bare", str(tmp_path / "remote.git"))
         g.git_xet("install", "--standalone", f"s3://{bucket}")
-        work = _repo(g, tmp_path / "remote.git", {"model.bin": data})
+        work = g.lfs_work_tree({"model.bin": data}, remote=tmp_path / "remote.git", new_remote=False)
         push = g.popen("git", "push", "origin", "main", cwd=work)
         assert plan.held.wait(timeout=180), "the push never reached its second xorb"
         cache = Path(g.env["GIT_XET_CACHE"])

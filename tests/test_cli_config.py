@@ -303,14 +303,7 @@ def test_each_push_shows_one_summary_of_what_it_sent(tmp_path: Path) -> None:
     with running_server(tmp_path / "srv" / "data") as srv:
         g.git_xet("install", "--standalone", srv.url)
         g.git("config", "--global", "xet.token", srv.token("write"))
-        g.git("init", "--bare", "work.git")
-        g.git("clone", "work.git", "work")
-        work = g.root / "work"
-        g.git("lfs", "track", "*.bin", cwd=work)
-        for name, data in files.items():
-            (work / name).write_bytes(data)
-        g.git("add", ".", cwd=work)
-        g.git("commit", "-m", "v1", cwd=work)
+        work = g.lfs_work_tree(files, remote="work.git")
         for version in (1, 2):
             if version == 2:  # a small edit of one file: most of it is deduplicated
                 edited = bytearray(files["m1.bin"])

@@ -18,14 +18,7 @@ def _stored_bytes(store: Path) -> int:
 
 
 def _push_first_commit(g: GitEnv, files: dict[str, bytes]) -> Path:
-    g.git("init", "--bare", "remote.git")
-    g.git("clone", "remote.git", "work")
-    work = g.root / "work"
-    g.git("lfs", "track", "*.bin", cwd=work)
-    for name, data in files.items():
-        (work / name).write_bytes(data)
-    g.git("add", ".", cwd=work)
-    g.git("commit", "-m", "v1", cwd=work)
+    work = g.lfs_work_tree(files)
     g.git("push", "origin", "main", cwd=work)
     return work
 

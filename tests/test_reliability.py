@@ -30,15 +30,7 @@ MIB = 1 << 20
 
 def _repo_with(g: GitEnv, name: str, files: dict[str, bytes]) -> Path:
     """A bare remote `<name>.git` and a work tree `<name>` with `files` committed as LFS."""
-    g.git("init", "-q", "--bare", f"{name}.git")
-    g.git("clone", "-q", f"{name}.git", name)
-    work = g.root / name
-    g.git("lfs", "track", "*.bin", cwd=work)
-    for file_name, data in files.items():
-        (work / file_name).write_bytes(data)
-    g.git("add", ".", cwd=work)
-    g.git("commit", "-qm", "v1", cwd=work)
-    return work
+    return g.lfs_work_tree(files, work=name, remote=f"{name}.git")
 
 
 def _assert_clone_matches(g: GitEnv, remote: str, dest: str, files: dict[str, bytes]) -> None:

@@ -75,18 +75,6 @@ def _git(tmp: Path, cluster: Cluster, name: str) -> GitEnv:
     return g
 
 
-def _commit(g: GitEnv, files: dict[str, bytes]) -> Path:
-    g.git("init", "--bare", "remote.git")
-    g.git("clone", "remote.git", "work")
-    work = g.root / "work"
-    g.git("lfs", "track", "*.bin", cwd=work)
-    for name, data in files.items():
-        (work / name).write_bytes(data)
-    g.git("add", ".", cwd=work)
-    g.git("commit", "-m", "v1", cwd=work)
-    return work
-
-
 def _assert_clone(g: GitEnv, files: dict[str, bytes], name: str = "clone") -> None:
     g.git("clone", "remote.git", name)
     for file, data in files.items():
@@ -108,7 +96,7 @@ def _push_while(g: GitEnv, work: Path, cluster: Cluster, event) -> None:
 def test_two_replicas_behind_tls_push_and_clone_the_same_files_at_once(tmp_path: Path, cluster: Cluster) -> None:
     files = {"a.bin": random_bytes(9_000_000, 301), "b.bin": random_bytes(5_000_000, 302), "tiny.bin": b"tiny" * 100}
     clients = [_git(tmp_path, cluster, f"client{i}") for i in range(2)]
-    works = [_commit(g, files) for g in clients]
+    works = [g.lfs_work_tree(files) for g in clients]
     pushes = [g.popen("git", "push", "origin", "main", cwd=w) for g, w in zip(clients, works)]
     for g, p in zip(clients, pushes):
         assert p.wait(timeout=600) == 0, (g.root / "popen.log").read_text()[-3000:] + g.agent_log()[-3000:]
@@ -127,7 +115,7 @@ def test_two_replicas_behind_tls_push_and_clone_the_same_files_at_once(tmp_path:
 def test_a_replica_killed_mid_push_and_the_push_completes_through_the_other(tmp_path: Path, cluster: Cluster) -> None:
     files = {"big.bin": random_bytes(48_000_000, 303)}
     g = _git(tmp_path, cluster, "client")
-    work = _commit(g, files)
+    work = g.lfs_work_tree(files)
     victim = cluster.replicas[0].process
     _push_while(g, work, cluster, lambda: victim.send_signal(signal.SIGKILL))
     assert victim.wait(timeout=30) == -signal.SIGKILL
@@ -137,7 +125,7 @@ def test_a_replica_killed_mid_push_and_the_push_completes_through_the_other(tmp_
 def test_postgres_restarted_mid_push(tmp_path: Path, cluster: Cluster, postgres: Postgres) -> None:
     files = {"big.bin": random_bytes(40_000_000, 304), "small.bin": random_bytes(300_000, 305)}
     g = _git(tmp_path, cluster, "client")
-    work = _commit(g, files)
+    work = g.lfs_work_tree(files)
 
     def restart() -> None:
         postgres.stop(signal.SIGKILL)  # a crash: every replica's connections break at once
