@@ -133,7 +133,9 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
     assert "git-xet: upload of" in failed.stderr and "failed" in failed.stderr
     with running_server(tmp_path / "srv" / "data", port=port):
         g.git("push", "origin", "main", cwd=work)
-    g.git("pull", cwd=g.root / "clone2", check=False)
+        g.git("pull", cwd=g.root / "clone2")
+    assert (g.root / "clone2" / "small.bin").read_bytes() == b"t" * 7000
+    assert (g.root / "clone2" / "weights.bin").read_bytes() == bytes(v2)
 
 
 def test_hub_style_negotiation_with_our_server(tmp_path: Path) -> None:
