@@ -36,10 +36,10 @@ from urllib.parse import urlsplit
 
 from common import MIB, ROOT, write_json  # noqa: F401  (common puts the repo on sys.path)
 
-import httpx  # noqa: E402
+import httpx
 
-from git_xet.core import hashes, shard, xorb  # noqa: E402
-from git_xet.pipelines.file_hashing import hash_bytes  # noqa: E402
+from git_xet.core import hashes, shard, xorb
+from git_xet.pipelines.file_hashing import hash_bytes
 
 
 class Server:

@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, machine, write_json  # noqa: E402
+from common import MIB, machine, write_json
 
-from git_xet.client.shard_cache import ShardCache  # noqa: E402
-from git_xet.core.shard import CasInfo, FileInfo, FileTerm, Shard  # noqa: E402
+from git_xet.client.shard_cache import ShardCache
+from git_xet.core.shard import CasInfo, FileInfo, FileTerm, Shard
 
 CHUNKS = 1024
 CHUNK_BYTES = 64 * 1024

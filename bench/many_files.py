@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import lfs_repo_with, machine, median, timed, write_json  # noqa: E402
-from git_e2e import plain_lfs_server  # noqa: E402
+from common import lfs_repo_with, machine, median, timed, write_json
+from git_e2e import plain_lfs_server
 
-from tests.gitenv import GitEnv, make_git_env  # noqa: E402
-from tests.server_process import running_server  # noqa: E402
+from tests.gitenv import GitEnv, make_git_env
+from tests.server_process import running_server
 
 TOOLS = ("git-lfs", "git-xet", "git-xet-local")
 KIB = 1024

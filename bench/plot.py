@@ -32,7 +32,7 @@ def _panels(results: dict) -> list[tuple[str, str, list[tuple[str, dict[str, flo
         med, gib = t["median_seconds"], t["size_mib"] / 1024
         label = f"{t['size_mib']} MiB" if t["size_mib"] < 1024 else f"{gib:g} GiB"
         rows = [(f"upload {label}", {"git-xet": med["ours_up"], "hf-xet": med["theirs_up"]}), (f"download {label}", {"git-xet": med["ours_down"], "hf-xet": med["theirs_down"]})]
-        panels.append((f"Through `git xet serve` on loopback", "seconds (lower is better)", rows))
+        panels.append(("Through `git xet serve` on loopback", "seconds (lower is better)", rows))
         if "ours_up_cpu" in med:
             cpu = [
                 ("upload", {"git-xet": med["ours_up_cpu"] / gib, "hf-xet": med["theirs_up_cpu"] / gib}),

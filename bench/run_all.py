@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, machine  # noqa: E402
-from plot import plot  # noqa: E402
+from common import MIB, machine
+from plot import plot
 
 BENCH = Path(__file__).resolve().parent
 

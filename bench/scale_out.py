@@ -25,12 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import MIB, lfs_repo_with, machine, timed, write_json, write_random_file  # noqa: E402
+from common import MIB, lfs_repo_with, machine, timed, write_json, write_random_file
 
-from tests.gitenv import make_git_env  # noqa: E402
-from tests.nginx_process import reserve_port, running_nginx  # noqa: E402
-from tests.postgres_process import Postgres, running_postgres  # noqa: E402
-from tests.server_process import running_server  # noqa: E402
+from tests.gitenv import make_git_env
+from tests.nginx_process import reserve_port, running_nginx
+from tests.postgres_process import Postgres, running_postgres
+from tests.server_process import running_server
 
 MODES = {"sqlite": 0, "pg1": 1, "pg2": 2}  # mode -> replicas on PostgreSQL (0: one server, SQLite)
 GIB = 1024 * MIB

@@ -557,7 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("git-xet: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - every error is one line unless --debug
+    except Exception as exc:  # every error is one line unless --debug
         if debug:
             raise
         name = argv[0] if argv else "git-xet"

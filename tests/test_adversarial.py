@@ -82,7 +82,7 @@ def _shard(*files: shard.FileInfo) -> bytes:
     return shard.serialize_shard(shard.Shard(tuple(sorted(files, key=lambda f: f.file_hash))), with_footer=False)
 
 
-def _put(srv: RunningServer, token: str, data: bytes, sha256: bytes | None | str = "real", version: int = 1) -> tuple[httpx.Response, str]:
+def _put(srv: RunningServer, token: str, data: bytes, sha256: bytes | str | None = "real", version: int = 1) -> tuple[httpx.Response, str]:
     """Upload `data` as one xorb and a shard naming it (sha256 "real" = its true sha256);
     returns the shard answer and the file hash."""
     built, digest = single_xorb(data)

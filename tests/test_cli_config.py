@@ -375,7 +375,7 @@ def _plain_http_server():
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class NotFound(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:  # http.server's naming
             self.send_error(404)
 
         def log_message(self, *args: object) -> None:

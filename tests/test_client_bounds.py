@@ -60,7 +60,7 @@ def hostile_server(behaviour: Behaviour) -> Iterator[str]:
             with behaviour.lock:
                 behaviour.sent += len(data)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:  # http.server's naming
             base = f"http://127.0.0.1:{self.server.server_address[1]}"
             if self.path.startswith("/v2/reconstructions/"):
                 if behaviour.reconstruction == "endless":

@@ -70,7 +70,7 @@ def test_repeats_beyond_the_budget_are_fetched_again() -> None:
 
 def test_one_range_referenced_hundreds_of_times() -> None:
     sequence = [k for i in range(300) for k in ("shared", f"other{i}")]
-    cost = {k: 10 for k in sequence}
+    cost = dict.fromkeys(sequence, 10)
     loads, _ = plan_loads(sequence, cost, 25)
     assert sum(1 for load in loads if load.key == "shared") == 1  # kept: it and one other fit
 

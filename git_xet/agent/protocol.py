@@ -23,7 +23,7 @@ class ProtocolError(ValueError):
 # Plain classes: the agent answers `init` before importing anything beyond builtins (even
 # collections or dataclasses add ~4-15 ms per agent, and git-lfs starts 8 of them in a row).
 class Init:
-    __slots__ = ("operation", "remote", "concurrent_transfers")
+    __slots__ = ("concurrent_transfers", "operation", "remote")
 
     def __init__(self, operation: str, remote: str | None, concurrent_transfers: int) -> None:
         self.operation, self.remote, self.concurrent_transfers = operation, remote, concurrent_transfers
@@ -33,7 +33,7 @@ class Transfer:
     """One object to move. `path`: the object's file for uploads, None for downloads;
     `action`: the batch API's action object, None in standalone mode."""
 
-    __slots__ = ("operation", "oid", "size", "path", "action")
+    __slots__ = ("action", "oid", "operation", "path", "size")
 
     def __init__(self, operation: str, oid: str, size: int, path: str | None, action: dict | None) -> None:
         self.operation, self.oid, self.size, self.path, self.action = operation, oid, size, path, action

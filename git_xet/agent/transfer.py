@@ -90,7 +90,7 @@ def run(stdin=None) -> int:
             session = AgentSession(remote)
         try:
             path = session.transfer(req, progress)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes an error answer
+        except Exception as exc:  # every failure becomes an error answer
             log.exception("%s of %s failed", req.operation, req.oid)
             out.send(protocol.complete_error(req.oid, f"git-xet: {req.operation} of {req.oid[:12]} failed: {_describe(exc)}"))
             continue

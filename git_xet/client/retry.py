@@ -75,7 +75,7 @@ def with_retries(what: str, fn: Callable[[], T], policy: RetryPolicy) -> T:
     for attempt in range(policy.max_attempts):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             if not is_retryable(exc) or attempt == policy.max_attempts - 1:
                 if is_retryable(exc):
                     # Already retried here: callers should not retry it again.

@@ -139,7 +139,7 @@ def uninstall(scope: Scope) -> list[str]:
     listing = _git("config", scope.flag, "--name-only", "--get-regexp", r"^(lfs\..*\.standalonetransferagent|remote\..*\.lfsurl)$", check=False)
     for key in listing.stdout.split():
         value = _git("config", scope.flag, "--get", key, check=False).stdout.strip()
-        if key.endswith(".standalonetransferagent") and value == AGENT or key.endswith(".lfsurl") and ".git-xet.invalid/" in value:
+        if (key.endswith(".standalonetransferagent") and value == AGENT) or (key.endswith(".lfsurl") and ".git-xet.invalid/" in value):
             _unset(scope, key)
     xet_keys = _git("config", scope.flag, "--name-only", "--get-regexp", r"^xet\.", check=False).stdout.split()
     for key in sorted(set(xet_keys)):

@@ -18,8 +18,8 @@ def _roff(text: str) -> str:
 def render(parser: argparse.ArgumentParser) -> str:
     from .. import __version__
 
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
-    helps = {choice.dest: choice.help for choice in sub._choices_actions}  # noqa: SLF001
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help for choice in sub._choices_actions}
     out = [
         f'.TH GIT\\-XET 1 "" "git\\-xet {__version__}" "Git Manual"',
         ".SH NAME",
@@ -41,7 +41,7 @@ def render(parser: argparse.ArgumentParser) -> str:
             continue
         usage = " ".join(command.format_usage().split()).removeprefix("usage: ")
         out += [".TP", ".B " + _roff(usage.replace("git-xet ", "git xet ", 1)), _roff(helps.get(name) or "")]
-        for action in command._actions:  # noqa: SLF001
+        for action in command._actions:
             if action.option_strings and action.help and action.help != argparse.SUPPRESS and "-h" not in action.option_strings:
                 out += [".RS", ".TP", ".B " + _roff(", ".join(action.option_strings)), _roff(action.help), ".RE"]
     out += [

@@ -70,7 +70,7 @@ else:
 class Chunker:
     """Streaming chunker: the boundaries do not depend on how the input is split into blocks."""
 
-    __slots__ = ("_h", "_chunk_len", "_offset", "_scan")
+    __slots__ = ("_chunk_len", "_h", "_offset", "_scan")
 
     def __init__(self, scan_fn: Callable[..., ScanResult] | None = None) -> None:
         self._h = 0

@@ -283,7 +283,7 @@ def serialize_shard(shard: Shard, *, with_footer: bool, now: int | None = None) 
 class _Reader:
     """Bounded cursor over the shard bytes: every read checks what is left."""
 
-    __slots__ = ("view", "pos", "end")
+    __slots__ = ("end", "pos", "view")
 
     def __init__(self, view: memoryview, end: int) -> None:
         self.view = view

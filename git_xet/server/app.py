@@ -281,7 +281,7 @@ class CasApp:
                 log.error("shard registration failed: %s", exc)
                 yield frame({"type": "error", "message": DISK_FULL, "retryable": False})
                 return
-            except Exception:  # noqa: BLE001 - reported in-band once the stream has started
+            except Exception:  # reported in-band once the stream has started
                 log.exception("shard registration failed")
                 yield frame({"type": "error", "message": "internal error registering the shard", "retryable": True})
                 return

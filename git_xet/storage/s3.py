@@ -94,7 +94,7 @@ class S3Config:
 def _import_botocore() -> Any:
     try:
         import botocore.config
-        import botocore.session  # noqa: F401 - the submodules this module uses
+        import botocore.session  # the submodules this module uses
     except ImportError:
         raise S3Error("S3 storage needs botocore: pip install 'git-xet[s3]'") from None
     import botocore
