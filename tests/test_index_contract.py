@@ -9,6 +9,7 @@ does not grow per chunk.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import threading
@@ -222,15 +223,15 @@ def test_index_follows_the_contract(make_index) -> None:
                 else:
                     assert index.register_shard(op[1]) == expected
             elif op[0] == "collect_unreferenced":
-                removed: list[str] = []
-                collected = model.collect_unreferenced(op[1])
-                assert index.remove_xorb_if_unreferenced(op[1], lambda: removed.append(op[1])) == collected
-                assert removed == ([op[1]] if collected else [])
+                xorb_hex, removed = op[1], []  # the callback runs inside the call: no late binding
+                collected = model.collect_unreferenced(xorb_hex)
+                assert index.remove_xorb_if_unreferenced(xorb_hex, functools.partial(removed.append, xorb_hex)) == collected
+                assert removed == ([xorb_hex] if collected else [])
             elif op[0] == "collect_unindexed":
-                removed = []
-                unindexed = op[1] not in model.xorbs
-                assert index.remove_xorb_if_unindexed(op[1], lambda: removed.append(op[1])) == unindexed
-                assert removed == ([op[1]] if unindexed else [])
+                xorb_hex, removed = op[1], []
+                unindexed = xorb_hex not in model.xorbs
+                assert index.remove_xorb_if_unindexed(xorb_hex, functools.partial(removed.append, xorb_hex)) == unindexed
+                assert removed == ([xorb_hex] if unindexed else [])
             else:
                 index.revoke_token(op[1], op[2])
                 model.revoked.setdefault(op[1], op[2])
@@ -279,22 +280,28 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
         outcome: dict[str, object] = {}
         barrier = threading.Barrier(2)
 
-        def register() -> None:
+        # This round's values are arguments, not closure cells: a thread still running after
+        # its join timed out must not see the next round's.
+        def register(shard: ShardRegistration, barrier: threading.Barrier, outcome: dict[str, object]) -> None:
             barrier.wait()
             try:
                 outcome["registered"] = index.register_shard(shard)
             except StoreError:
                 outcome["registered"] = False
 
-        def collect() -> None:
+        def collect(xorb_hex: str, barrier: threading.Barrier, outcome: dict[str, object]) -> None:
             barrier.wait()
-            outcome["collected"] = index.remove_xorb_if_unreferenced(xorb.hash, lambda: None)
+            outcome["collected"] = index.remove_xorb_if_unreferenced(xorb_hex, lambda: None)
 
-        threads = [threading.Thread(target=register), threading.Thread(target=collect)]
+        threads = [
+            threading.Thread(target=register, args=(shard, barrier, outcome)),
+            threading.Thread(target=collect, args=(xorb.hash, barrier, outcome)),
+        ]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=60)
+            assert not t.is_alive(), "a racer did not finish within 60 s"
         assert sorted(outcome.values()) == [False, True], outcome
         assert (index.xorb_layout(xorb.hash) is not None) == outcome["registered"]
         assert index.repo_has_file("default", file_hex) == outcome["registered"]

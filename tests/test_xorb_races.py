@@ -95,20 +95,24 @@ def test_threads_racing_on_the_server(races, tmp_path: Path) -> None:
     with running_server(tmp_path / "data") as server:
         token = server.token("write")
         winners = []
-        for data, digest, xorb_hash, first, second in races:
+        for _data, _digest, xorb_hash, first, second in races:
             barrier = threading.Barrier(2)
             results: list[bool] = []
 
-            def upload(body: bytes) -> None:
+            # This round's barrier, results and hash are arguments, not closure cells: a thread
+            # still running after its join timed out must not see the next round's.
+            def upload(xorb_hex: str, body: bytes, barrier: threading.Barrier, results: list[bool]) -> None:
                 backend = HttpCasBackend(server.url, StaticToken(token))
                 barrier.wait()
-                results.append(backend.upload_xorb(hashes.hash_to_hex(xorb_hash), body))
+                results.append(backend.upload_xorb(xorb_hex, body))
 
-            threads = [threading.Thread(target=upload, args=(body,)) for body in (first, second)]
+            xorb_hex = hashes.hash_to_hex(xorb_hash)
+            threads = [threading.Thread(target=upload, args=(xorb_hex, body, barrier, results)) for body in (first, second)]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join(timeout=60)
+                assert not t.is_alive(), "an upload did not finish within 60 s"
             winners.append(results.count(True))
         assert winners == [1] * len(races)  # exactly one writer created each xorb
         backend = HttpCasBackend(server.url, StaticToken(token))
@@ -126,7 +130,7 @@ def test_processes_racing_on_a_local_store(races, tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("fork")
     root = tmp_path / "store"
     LocalStoreBackend(root)  # create it before the racers open it
-    for data, digest, xorb_hash, first, second in races:
+    for _data, _digest, xorb_hash, first, second in races:
         barrier, results = ctx.Barrier(2), ctx.Queue()
         procs = [ctx.Process(target=_racer, args=(str(root), hashes.hash_to_hex(xorb_hash), body, barrier, results)) for body in (first, second)]
         for p in procs:

@@ -205,7 +205,7 @@ class PostgresIndex:
         after = ""
         while True:
             page = self._run(
-                lambda conn: conn.execute(
+                lambda conn, after=after: conn.execute(  # bound now: _run calls it before `after` moves on
                     "SELECT hash FROM xorbs WHERE hash > %s AND NOT EXISTS (SELECT 1 FROM xorb_refs WHERE xorb = hash) ORDER BY hash LIMIT %s",
                     (after, _PAGE),
                 ).fetchall()
@@ -240,7 +240,7 @@ class PostgresIndex:
         after = ""
         while True:
             page = self._run(
-                lambda conn: conn.execute("SELECT hash, body_size FROM xorbs WHERE hash > %s ORDER BY hash LIMIT %s", (after, _PAGE)).fetchall()
+                lambda conn, after=after: conn.execute("SELECT hash, body_size FROM xorbs WHERE hash > %s ORDER BY hash LIMIT %s", (after, _PAGE)).fetchall()
             )
             yield from page
             if len(page) < _PAGE:
@@ -326,7 +326,7 @@ class PostgresIndex:
         while True:
             where = f"WHERE ({key}) > ({', '.join(['%s'] * len(columns))})" if last else ""
             query = f"SELECT {key} FROM {table} {where} ORDER BY {key} LIMIT {_PAGE}"
-            page = self._run(lambda conn: conn.execute(query, last or ()).fetchall())
+            page = self._run(lambda conn, query=query, last=last: conn.execute(query, last or ()).fetchall())
             yield from (tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in page)
             if len(page) < _PAGE:
                 return
