@@ -25,7 +25,7 @@ def timed(cmd: list[str], *, cwd: Path, env: dict[str, str], stderr_to: Path) ->
     """Wall seconds of `cmd`; raises with its stderr when it fails."""
     start = time.perf_counter()
     with open(stderr_to, "w") as err:
-        code = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err).returncode
+        code = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err, check=False).returncode
     seconds = time.perf_counter() - start
     if code != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({code}):\n{stderr_to.read_text(errors='replace')[-3000:]}")

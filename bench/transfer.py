@@ -71,7 +71,7 @@ def _ours(phase: str, url: str, token: str, arg: str, out: Path, cache: Path) ->
     # The token travels in the environment: a failed command line must not print it.
     proc = subprocess.run(
         [sys.executable, "-c", _OURS, phase, url, arg, str(out), str(cache)],
-        capture_output=True, text=True, env=dict(os.environ, GIT_XET_BENCH_TOKEN=token),
+        capture_output=True, text=True, env=dict(os.environ, GIT_XET_BENCH_TOKEN=token), check=False,
     )  # fmt: skip
     if proc.returncode:
         raise RuntimeError(f"git-xet {phase} failed:\n{proc.stderr[-3000:]}")
@@ -120,7 +120,7 @@ def round_trip(who: str, src: Path, run: Path) -> dict[str, dict]:
         else:
             up, info = measured(pid, lambda: _theirs_up(srv.url, token, src, run))
             down, _ = measured(pid, lambda: _theirs_down(srv.url, token, info, out, run))
-        if subprocess.run(["cmp", "-s", str(src), str(out)]).returncode != 0:
+        if subprocess.run(["cmp", "-s", str(src), str(out)], check=False).returncode != 0:
             raise RuntimeError(f"MISMATCH in {who}'s round trip")
         out.unlink()
     return {"up": up, "down": down}

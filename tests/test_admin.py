@@ -47,7 +47,7 @@ def _register(store: CasStore, data: bytes) -> str:
 
 
 def _git_xet(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "git_xet", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "git_xet", *args], capture_output=True, text=True, timeout=300, check=False)
 
 
 def _age(store: CasStore, key: str, seconds: float) -> None:

@@ -25,6 +25,7 @@ def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = 
         timeout=120,
         env=env,
         cwd=tmp_path,
+        check=False,  # the return code is asserted below, with stderr
     )
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
@@ -109,7 +110,8 @@ def test_stdout_stays_clean_when_a_library_prints(tmp_path: Path) -> None:
         "os.write(1, b'stray fd write\\n')\n"
         "out.send('{}')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "{}\n"
     assert "stray print" in proc.stderr and "stray fd write" in proc.stderr
 

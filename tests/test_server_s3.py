@@ -201,7 +201,7 @@ def test_serve_refuses_a_bucket_it_cannot_use(tmp_path: Path, seaweed: RunningS3
     name = bucket or seaweed.new_bucket()
     proc = subprocess.run(
         [sys.executable, "-m", "git_xet", "serve", "--data", str(tmp_path / "data"), "--port", "0", "--objects", f"s3://{name}"],
-        capture_output=True, text=True, timeout=60, env={**_base_env(), **seaweed.env(**overrides)},
+        capture_output=True, text=True, timeout=60, env={**_base_env(), **seaweed.env(**overrides)}, check=False,
     )  # fmt: skip
     assert proc.returncode == 1
     assert message in proc.stderr and f"s3://{name}" in proc.stderr
