@@ -46,10 +46,11 @@ class Server:
     def __init__(self, data: Path, env: dict[str, str]) -> None:
         self.data, self.env = data, env
         data.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "git_xet", "serve", "--data", str(data), "--port", "0"],
-            stdout=subprocess.PIPE, stderr=open(data.parent / "server.log", "ab"), env=env,
-        )  # fmt: skip
+        with open(data.parent / "server.log", "ab") as log:  # the server keeps its own copy of the fd
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "git_xet", "serve", "--data", str(data), "--port", "0"],
+                stdout=subprocess.PIPE, stderr=log, env=env,
+            )  # fmt: skip
         self.url = self.proc.stdout.readline().decode().strip()
         for _ in range(300):
             try:

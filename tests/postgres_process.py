@@ -62,13 +62,12 @@ class Postgres:
     def start(self) -> None:
         """Start the server and wait (bounded) until it accepts connections."""
         as_root = os.geteuid() == 0
-        log = open(self.directory.parent / "postgres.log", "ab")
-        self.process = subprocess.Popen(
-            [str(_bindir() / "postgres"), "-D", str(self.directory), "-p", str(self.port), "-k", str(self.directory),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
-            stdout=log, stderr=log, user="nobody" if as_root else None, extra_groups=[] if as_root else None,
-        )  # fmt: skip
-        log.close()
+        with open(self.directory.parent / "postgres.log", "ab") as log:  # the server keeps its own copy of the fd
+            self.process = subprocess.Popen(
+                [str(_bindir() / "postgres"), "-D", str(self.directory), "-p", str(self.port), "-k", str(self.directory),
+                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
+                stdout=log, stderr=log, user="nobody" if as_root else None, extra_groups=[] if as_root else None,
+            )  # fmt: skip
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

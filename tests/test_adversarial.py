@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -518,7 +519,7 @@ def test_bridge_and_xorb_url_signatures_are_not_interchangeable(server: RunningS
     repo = "acme/bridge"
     token = server.token("write", repo=repo)
     data = random_bytes(100_000, 108)
-    resp, file_hex = _put(server, token, data)
+    _resp, file_hex = _put(server, token, data)
     oid = hashlib.sha256(data).hexdigest()
     href = _batch(server, repo, "download", [{"oid": oid, "size": len(data)}], token, ("basic",)).json()["objects"][0]["actions"]["download"]["href"]
     bridge = urlsplit(href)
@@ -543,7 +544,7 @@ def test_bridge_and_xorb_url_signatures_are_not_interchangeable(server: RunningS
 class _Recorder(BaseHTTPRequestHandler):
     """A hostile LFS server: answers batch requests with a refresh href on another origin."""
 
-    seen: list[tuple[str, str, dict]]
+    seen: ClassVar[list[tuple[str, str, dict]]]  # one list per subclass, shared by its handler instances
     thief_url: str
 
     def log_message(self, *args) -> None:  # quiet
@@ -603,10 +604,10 @@ def test_the_agent_sends_hf_token_only_to_the_hub_and_refuses_foreign_refresh_ur
     secret = "hf_adversarial_test_secret"
 
     class Thief(_Recorder):
-        seen = []
+        seen: ClassVar[list[tuple[str, str, dict]]] = []
 
     class Hostile(_Recorder):
-        seen = []
+        seen: ClassVar[list[tuple[str, str, dict]]] = []
 
     g = make_git_env(tmp_path)
     g.env.update(HF_TOKEN=secret, GIT_XET_RETRY_MAX_ATTEMPTS="1")

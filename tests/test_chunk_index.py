@@ -275,7 +275,7 @@ def test_a_writer_killed_mid_transaction_leaves_a_usable_index(tmp_path: Path) -
 def _chunk_spans(data: bytes) -> list[tuple[int, int]]:
     digest = hash_bytes(data)
     ends = [sum(digest.chunk_sizes[: i + 1]) for i in range(len(digest.chunk_sizes))]
-    return list(zip([0] + ends[:-1], ends))
+    return list(zip([0, *ends[:-1]], ends))
 
 
 @pytest.fixture(scope="module")

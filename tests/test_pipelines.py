@@ -208,10 +208,9 @@ def test_resume_after_interrupted_upload_does_not_resend_xorbs(server: RunningSe
             raise KeyboardInterrupt
 
     dying = DiesBeforeShard(server.url, StaticToken(server.token("write")), policy=FAST_RETRY)
-    with pytest.raises(KeyboardInterrupt):
-        with Uploader(dying, ShardCache(cache_root, backend.cache_key)) as up:
-            up.add_bytes(data)
-            up.finalize()
+    with pytest.raises(KeyboardInterrupt), Uploader(dying, ShardCache(cache_root, backend.cache_key)) as up:
+        up.add_bytes(data)
+        up.finalize()
     with Uploader(backend, ShardCache(cache_root, backend.cache_key), global_dedup=False) as up:
         r = up.add_bytes(data)
         up.finalize()

@@ -6,6 +6,8 @@ of (xorb, chunk) pairs with offsets, from which the chunks covering a byte range
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,7 +95,7 @@ def test_plan_covers_exactly_the_range_with_bounded_disjoint_fetches(case, data)
         by_xorb.setdefault(f.xorb, []).append((f.chunk_start, f.chunk_end))
     for ranges in by_xorb.values():
         ranges.sort()
-        assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:])), "fetch ranges of one xorb overlap"
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(ranges)), "fetch ranges of one xorb overlap"
 
     # Each term in one range, every range used, and the plan survives the client's validation.
     covering = plan.term_fetches()

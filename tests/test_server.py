@@ -244,7 +244,7 @@ def test_body_cut_short_is_refused(server: RunningServer) -> None:
 def test_shards_with_missing_xorbs_or_wrong_verification_are_refused_atomically(server: RunningServer) -> None:
     token = server.token("write")
     good_xorb, _, _ = _upload_objects(random_bytes(300_000, 60))
-    missing_xorb, missing_shard, _ = _upload_objects(random_bytes(300_000, 61))
+    _missing_xorb, missing_shard, _ = _upload_objects(random_bytes(300_000, 61))
     data = random_bytes(300_000, 60)
     digest = hash_bytes(data)
     with httpx.Client(timeout=30) as client:

@@ -117,7 +117,7 @@ def test_tampered_xorb_fails_verification() -> None:
         xorb.verify_xorb(bytes(raw), built.xorb_hash)
     # A footer that lies about the hashes is caught too.
     footer = built.footer()
-    lying = xorb.XorbFooter(footer.xorb_hash, (bytes(32),) + footer.chunk_hashes[1:], footer.byte_ends, footer.unpacked_ends)
+    lying = xorb.XorbFooter(footer.xorb_hash, (bytes(32), *footer.chunk_hashes[1:]), footer.byte_ends, footer.unpacked_ends)
     with pytest.raises(HashMismatchError):
         xorb.verify_xorb(built.body + lying.serialize())
 

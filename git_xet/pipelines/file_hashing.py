@@ -98,7 +98,7 @@ class MappedFile:
     RELEASE_STEP = 8 * 1024 * 1024
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._handle = open(Path(path), "rb")
+        self._handle = open(Path(path), "rb")  # noqa: SIM115 - owned by this object: close() or `with`
         self.size = os.fstat(self._handle.fileno()).st_size
         self._map = mmap.mmap(self._handle.fileno(), 0, access=mmap.ACCESS_READ) if self.size else None
         self.view = memoryview(self._map) if self._map is not None else memoryview(b"")

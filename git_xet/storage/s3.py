@@ -194,7 +194,11 @@ class S3ObjectStore:
         return status, str(response.get("Error", {}).get("Code", ""))
 
     def _fail(self, action: str, key: str, exc: Exception) -> S3Error:
-        """A clear error for a failed request: what failed, why, and what to check."""
+        """A clear error for a failed request: what failed, why, and what to check.
+
+        Callers pass any exception a client call raised, not only botocore's own classes:
+        botocore promises no closed set (its HTTP stack and response parsing can raise others),
+        and every failure must reach the store's callers as an S3Error naming bucket and key."""
         if isinstance(exc, self._NoCredentials):
             return S3Error(f"no S3 credentials for {self.location}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
         if isinstance(exc, self._EndpointError):
@@ -221,7 +225,7 @@ class S3ObjectStore:
         full = self.location.key(key)
         try:
             self.client.put_object(Bucket=self.bucket, Key=full, Body=body, ChecksumCRC64NVME=_crc_header(body))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("write", full, exc) from None
 
     def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
@@ -240,7 +244,7 @@ class S3ObjectStore:
                     time.sleep(0.05 * 2**attempt)
                     continue
                 raise self._fail("write", full, exc) from None
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
                 raise self._fail("write", full, exc) from None
         raise S3Error(f"S3 kept answering 409 for {self.bucket}/{full}")
 
@@ -253,7 +257,7 @@ class S3ObjectStore:
             if status == 404 or code in ("NoSuchKey", "NotFound"):
                 raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
             raise self._fail("read", full, exc) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("read", full, exc) from None
 
     def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
@@ -268,7 +272,7 @@ class S3ObjectStore:
             if status == 404 or code in ("NoSuchKey", "NotFound"):
                 raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
             raise self._fail("read", full, exc) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("read", full, exc) from None
         if response["ResponseMetadata"]["HTTPStatusCode"] == 200:  # a store that ignored Range
             return data[start : end_inclusive + 1]
@@ -287,7 +291,7 @@ class S3ObjectStore:
             if status == 404 or code in ("NoSuchKey", "NotFound"):
                 raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
             raise self._fail("read", full, exc) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("read", full, exc) from None
         content_range = response.get("ContentRange") or ""
         total = int(content_range.rsplit("/", 1)[1]) if "/" in content_range else len(data)
@@ -308,7 +312,7 @@ class S3ObjectStore:
             if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
                 return None
             raise self._fail("look up", full, exc) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("look up", full, exc) from None
 
     # ------------------------------------------------------------------ beyond the protocol
@@ -317,7 +321,7 @@ class S3ObjectStore:
         """Fail now, with a message that says what to fix, when the bucket cannot be reached or read."""
         try:
             self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.location.key(""), MaxKeys=1)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("list", self.location.key(""), exc) from None
 
     def delete(self, key: str) -> None:
@@ -325,7 +329,7 @@ class S3ObjectStore:
         full = self.location.key(key)
         try:
             self.client.delete_object(Bucket=self.bucket, Key=full)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("delete", full, exc) from None
 
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
