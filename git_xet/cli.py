@@ -393,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     class OneLineErrors(argparse.ArgumentParser):
         """Usage errors as one line with where to look, not the usage block."""
 
-        def error(self, message: str):  # type: ignore[override]
+        def error(self, message: str):
             topic = self.prog.removeprefix("git-xet").strip()
             self.exit(2, f"{self.prog}: error: {message} (see `git xet help{' ' + topic if topic else ''}`)\n")
 

@@ -89,6 +89,7 @@ def parse_flat_object(line: str) -> dict | None:
         if i >= end or text[i] != ":":
             return None
         i = skip_space(i + 1)
+        value: str | int | bool | None
         if i < end and text[i] == '"':
             parsed = string(i)
             if parsed is None:

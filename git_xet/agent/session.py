@@ -18,7 +18,7 @@ from ..client.http_backend import HttpCasBackend, HttpStatusError, make_http_cli
 from ..client.local_backend import LocalStoreBackend
 from ..client.retry import RetryPolicy, with_retries
 from ..client.shard_cache import ShardCache, default_cache_root
-from ..client.tokens import RefreshingToken, StaticToken
+from ..client.tokens import RefreshingToken, StaticToken, TokenSource
 from ..core.hashes import is_hash_hex
 from ..pipelines.download import download_to_path
 from ..pipelines.upload import Uploader
@@ -75,13 +75,13 @@ class AgentSession:
 
         tune_allocator()
         self.remote = remote
-        self._http = None
+        self._http: httpx.Client | None = None
         self._backends: dict[str, XetBackend] = {}
         self._uploaders: dict[str, Uploader] = {}
         self._storage_roots: list[Path] | None = None
         self._summary: PushSummary | None = None
 
-    def _http_client(self):
+    def _http_client(self) -> httpx.Client:
         if self._http is None:
             self._http = make_http_client()
         return self._http
@@ -158,6 +158,7 @@ class AgentSession:
             if headers.get("x-xet-access-token"):
                 initial = (headers["x-xet-access-token"], float(headers.get("x-xet-token-expiration") or 0))
             href = action.get("href")
+            tokens: TokenSource
             if href and self._may_refresh_at(href):
                 tokens = RefreshingToken(href, credential_headers(href), self._http_client(), initial)
             else:
@@ -257,9 +258,11 @@ class AgentSession:
             self._storage_roots = roots
         return self._storage_roots
 
-    def _check_upload_source(self, req: Transfer) -> None:
+    def _check_upload_source(self, req: Transfer) -> str:
         """git-lfs only ever names objects in its own storage, of the size it announces; any
-        other request is refused before a byte is read or sent."""
+        other request is refused before a byte is read or sent. Returns the path to read."""
+        if req.path is None:  # the protocol parser already refuses an upload without one
+            raise TransferError(f"the upload of {req.oid[:12]} names no file")
         path = Path(req.path).resolve()
         roots = self._lfs_storage_roots()
         if not any(path.is_relative_to(root) for root in roots):
@@ -267,6 +270,7 @@ class AgentSession:
         size = path.stat().st_size
         if size != req.size:
             raise TransferError(f"{req.path} is {size} bytes, but the request says {req.size}")
+        return req.path
 
     def _push_summary(self) -> PushSummary:
         if self._summary is None:
@@ -275,7 +279,7 @@ class AgentSession:
         return self._summary
 
     def _upload(self, req: Transfer, progress: Progress) -> None:
-        self._check_upload_source(req)
+        source = self._check_upload_source(req)
         totals = self._push_summary().totals
         backend, lookup = self._backend_for(req)
         if backend is None or lookup(req.oid) is not None:
@@ -291,9 +295,9 @@ class AgentSession:
         uploader.progress = progress.add
         sent_before = uploader.stats.xorb_bytes_sent
         try:
-            result = uploader.add_file(req.path)
+            result = uploader.add_file(source)
             if result.sha256 != req.oid:
-                raise TransferError(f"{req.path} does not match its oid (sha256 {result.sha256[:12]}…); the file changed during the push?")
+                raise TransferError(f"{source} does not match its oid (sha256 {result.sha256[:12]}…); the file changed during the push?")
             # Durable (xorbs, then the shard) before we say complete; after a store reset the
             # file went again, so its figures are the final upload's.
             result = uploader.finalize()[-1]

@@ -37,10 +37,11 @@ class PushTotals:
 
 def human(n: int) -> str:
     """Decimal units, as git-lfs's progress meter prints them."""
+    value: float = n
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
+        if value < 1000 or unit == "GB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
     raise AssertionError("unreachable")
 
 

@@ -83,7 +83,10 @@ def run(stdin=None) -> int:
         log = log or _setup_logging()
         # Report the first byte before importing the pipelines: git-lfs holds its other workers
         # until worker 0 shows progress.
-        progress = Progress(lambda so_far, since, oid=req.oid: out.send(protocol.progress(oid, so_far, since)), req.size)
+        def report(so_far: int, since: int, oid: str = req.oid) -> None:  # this object's oid, bound now
+            out.send(protocol.progress(oid, so_far, since))
+
+        progress = Progress(report, req.size)
         if session is None:
             from .session import AgentSession
 

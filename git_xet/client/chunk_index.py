@@ -201,6 +201,7 @@ class ChunkIndex:
                     "INSERT INTO xorbs (hash, key, expiry, chunks, bytes) VALUES (?, ?, ?, ?, ?)",
                     (info.xorb_hash, key or _PLAIN, expiry, b"".join(hashes), size),
                 ).lastrowid
+                assert xid is not None  # an INSERT always sets it
                 # Newest wins: the oldest xorbs are evicted first, so this entry lives longest.
                 db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)", ((_prefix(hashes[i]), xid << _INDEX_BITS | i) for i in indexed))
                 added += size

@@ -288,7 +288,8 @@ class HttpCasBackend:
 
         def attempt() -> int:
             headers = grant.headers | {"X-Xet-Session-Id": self.session_id, "Content-Length": str(len(body))}
-            request = self.http.build_request(grant.method, grant.url, headers=headers, content=_body_slices(body))
+            # httpx's hint says Iterable[bytes]; it writes any buffer, and views spare the copies.
+            request = self.http.build_request(grant.method, grant.url, headers=headers, content=_body_slices(body))  # type: ignore[arg-type]
             resp = self.http.send(request, stream=True)
             if resp.status_code in (403, 412) or 200 <= resp.status_code < 300:
                 resp.close()
@@ -375,12 +376,13 @@ class HttpCasBackend:
     def fetch(self, fetch: FetchRange) -> bytes | bytearray | memoryview:
         if fetch.url is None:
             raise TransferError("reconstruction answer has no URL for a xorb range")
+        url = fetch.url
         expected = fetch.byte_end - fetch.byte_start + 1
 
         def attempt() -> bytes | bytearray | memoryview:
             # Presigned URL: exactly the signed Range, and no bearer token.
             headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", "X-Xet-Session-Id": self.session_id}
-            with self.http.stream("GET", fetch.url, headers=headers) as resp:
+            with self.http.stream("GET", url, headers=headers) as resp:
                 if resp.status_code == 403:
                     raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
                 if resp.status_code not in (200, 206):

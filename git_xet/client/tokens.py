@@ -55,6 +55,7 @@ class RefreshingToken:
         self._headers = credential_headers
         self._http = http
         self._lock = threading.Lock()
+        self._token: str | None
         self._token, self._expires_at = initial if initial else (None, 0.0)
         self.cas_url: str | None = None
 

@@ -37,10 +37,10 @@ def crc64nvme_reference(data: bytes | memoryview, crc: int = 0) -> int:
 
 def _load_fast() -> Callable[..., int] | None:
     try:
-        from ._crc64 import crc64nvme as fast  # type: ignore[import-not-found]
+        from ._crc64 import crc64nvme as fast
     except ImportError:
         return None
-    return fast  # type: ignore[no-any-return]
+    return fast
 
 
 crc64nvme: Callable[..., int] | None = _load_fast()

@@ -43,9 +43,12 @@ def scan_reference(block: bytes | bytearray | memoryview, h: int, chunk_len: int
     return cuts, h, chunk_len
 
 
-def _load_native() -> Callable[[bytes | bytearray | memoryview, int, int], ScanResult] | None:
+ScanFn = Callable[[bytes | bytearray | memoryview, int, int], ScanResult]
+
+
+def _load_native() -> ScanFn | None:
     try:
-        from . import _gearhash  # type: ignore[attr-defined]
+        from . import _gearhash
     except ImportError:
         return None
     return _gearhash.scan
@@ -54,6 +57,7 @@ def _load_native() -> Callable[[bytes | bytearray | memoryview, int, int], ScanR
 _native_scan = _load_native()
 NATIVE_AVAILABLE = _native_scan is not None
 
+scan: ScanFn
 if _native_scan is None:
     warnings.warn(
         "git-xet: the C chunking extension is not built; chunking runs in pure Python at a few "

@@ -118,10 +118,10 @@ def lane_popcount_histograms_reference(sample: bytes | memoryview) -> tuple[int,
 
 def _load_histograms() -> Callable[[bytes | memoryview], tuple[int, ...]]:
     try:
-        from ._bg4 import lane_popcount_histograms  # type: ignore[import-not-found]
+        from ._bg4 import lane_popcount_histograms
     except ImportError:
         return lane_popcount_histograms_reference
-    return lane_popcount_histograms  # type: ignore[no-any-return]
+    return lane_popcount_histograms
 
 
 lane_popcount_histograms = _load_histograms()

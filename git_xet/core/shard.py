@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from .constants import HASH_SIZE, ZERO_HASH
 from .errors import FormatError, TruncatedError
 from .hashes import hash_sort_key, hash_to_hex, hex_to_hash, hmac_chunk_hash, truncated_hash
+
+T = TypeVar("T")
 
 SHARD_HEADER_TAG = b"HFRepoMetaData\x00" + bytes(
     [0x55, 0x69, 0x67, 0x45, 0x6A, 0x7B, 0x81, 0x57, 0x83, 0xA5, 0xBD, 0xD9, 0x5C, 0xCD, 0xD1, 0x4A, 0xA9]
@@ -200,9 +203,9 @@ def _serialize_cas(info: CasInfo) -> bytes:
     return b"".join(parts)
 
 
-def _dedupe_sorted(items: Iterable, key) -> list:
+def _dedupe_sorted(items: Iterable[T], key: Callable[[T], bytes]) -> list[T]:
     """Sort by hash order and keep one entry per hash (xet-core keeps them in a BTreeMap)."""
-    by_hash = {}
+    by_hash: dict[bytes, T] = {}
     for item in items:
         by_hash.setdefault(key(item), item)
     return [by_hash[h] for h in sorted(by_hash, key=hash_sort_key)]
@@ -232,12 +235,12 @@ def serialize_shard(shard: Shard, *, with_footer: bool, now: int | None = None) 
     cas_lookup = []
     chunk_lookup = []
     index = 0
-    for info in cas_blocks:
-        cas_lookup.append((truncated_hash(info.xorb_hash), index))
-        for i, chunk in enumerate(info.chunks):
+    for cas in cas_blocks:
+        cas_lookup.append((truncated_hash(cas.xorb_hash), index))
+        for i, chunk in enumerate(cas.chunks):
             chunk_lookup.append((truncated_hash(chunk.chunk_hash), index, i))
-        out += _serialize_cas(info)
-        index += 1 + len(info.chunks)
+        out += _serialize_cas(cas)
+        index += 1 + len(cas.chunks)
     out += _BOOKEND
 
     if not with_footer:

@@ -59,7 +59,7 @@ class ChunkRecord:
         return self.offset + CHUNK_HEADER_SIZE + self.compressed_size
 
 
-def parse_chunk_records(data: bytes | memoryview, max_chunks: int = MAX_XORB_CHUNKS) -> tuple[list[ChunkRecord], int]:
+def parse_chunk_records(data: bytes | bytearray | memoryview, max_chunks: int = MAX_XORB_CHUNKS) -> tuple[list[ChunkRecord], int]:
     """Read consecutive chunk records; stop at the last complete one.
 
     Returns the records and the offset where parsing stopped (== len(data) when the data is
@@ -91,7 +91,7 @@ def parse_chunk_records(data: bytes | memoryview, max_chunks: int = MAX_XORB_CHU
     return records, pos
 
 
-def decode_chunk(data: bytes | memoryview, record: ChunkRecord) -> bytes | memoryview:
+def decode_chunk(data: bytes | bytearray | memoryview, record: ChunkRecord) -> bytes | memoryview:
     """Uncompressed bytes of one chunk record (a view into `data` for a raw chunk)."""
     payload = memoryview(data)[record.payload_start : record.end]
     return decompress(payload, record.scheme, record.uncompressed_size)
@@ -332,6 +332,7 @@ class XorbBuilder:
         end = start + CHUNK_HEADER_SIZE + len(payload)
         header = (CHUNK_FORMAT_VERSION | len(payload) << 8, scheme | size << 8)
         if self._owns_buffer:
+            assert isinstance(self._buffer, bytearray)  # only a buffer of its own grows
             self._buffer += _CHUNK_HEADER.pack(*header)
             self._buffer += payload
         else:

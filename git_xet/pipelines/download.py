@@ -176,7 +176,7 @@ class _HashBehind:
             raise self._error
 
 
-def _plan_loads(plan: Reconstruction, term_fetches: list[FetchRange], budget: int) -> tuple[list[Load], list[int], dict[FetchRange, set[tuple[int, int, int]]]]:
+def _plan_loads(plan: Reconstruction, term_fetches: list[FetchRange], budget: int) -> tuple[list[Load[FetchRange]], list[int], dict[FetchRange, set[tuple[int, int, int]]]]:
     """The fetch schedule, and per range the chunk runs terms take from it."""
     needed: dict[FetchRange, set[tuple[int, int, int]]] = {}
     for term, fetch in zip(plan.terms, term_fetches):

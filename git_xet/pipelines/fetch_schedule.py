@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)  # what one fetch is keyed by (the download uses FetchRange)
 
 
 @dataclass
-class Load:
+class Load(Generic[K]):
     """One fetch of `key`, serving terms first_term..last_term (those that map to it)."""
 
-    key: Hashable
+    key: K
     cost: int
     first_term: int
     last_term: int
@@ -68,15 +71,15 @@ class _MaxTree:
         return self.add_[node] + max(parts)
 
 
-def plan_loads(term_keys: Sequence[Hashable], cost: dict[Hashable, int], budget: int) -> tuple[list[Load], list[int]]:
+def plan_loads(term_keys: Sequence[K], cost: dict[K, int], budget: int) -> tuple[list[Load[K]], list[int]]:
     """Loads in the order they are first needed, and for each term the index of its load.
 
     A term whose range is already loaded reuses that load when holding it until then keeps
     every position in between within the budget; otherwise the range is loaded again.
     """
     usage = _MaxTree(len(term_keys))
-    loads: list[Load] = []
-    live: dict[Hashable, int] = {}  # key -> index of its latest load
+    loads: list[Load[K]] = []
+    live: dict[K, int] = {}  # key -> index of its latest load
     serving: list[int] = []
     for t, key in enumerate(term_keys):
         c = cost[key]

@@ -100,9 +100,13 @@ class _XorbSlot:
         self.cas: CasInfo | None = None
 
     @property
-    def hash(self) -> bytes:
+    def closed_cas(self) -> CasInfo:
         assert self.cas is not None, "xorb not closed yet"
-        return self.cas.xorb_hash
+        return self.cas
+
+    @property
+    def hash(self) -> bytes:
+        return self.closed_cas.xorb_hash
 
 
 @dataclass
@@ -235,8 +239,8 @@ class Uploader:
         sha256 = hashlib.sha256()
         state = _FileState()
         query_global = self.global_dedup and len(view) >= GLOBAL_DEDUP_MIN_FILE
-        for end, digest in iter_chunk_hashes(view, sha256=sha256):
-            state.hashes.append(digest)
+        for end, chunk_digest in iter_chunk_hashes(view, sha256=sha256):
+            state.hashes.append(chunk_digest)
             state.offsets.append(end)
             self._note_key_chunk(state)
             if query_global:
@@ -485,7 +489,7 @@ class Uploader:
     def _commit(self, closed: list[_XorbSlot], pending: list[_PendingFile]) -> None:
         """Upload one shard describing the pending files and the closed xorbs; record it."""
         files = tuple(_file_info(p) for p in pending)
-        shard = Shard(files, tuple(slot.cas for slot in closed))
+        shard = Shard(files, tuple(slot.closed_cas for slot in closed))
         self.backend.upload_shard(serialize_shard(shard, with_footer=False))
         self.stats.shards_uploaded += 1
         # Chunks of this session's closed xorbs now live in the index (the cache, if any).

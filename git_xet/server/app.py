@@ -80,10 +80,13 @@ class ServerConfig:
 DISK_FULL = "the server's disk is full; free space or grow its volume, then push again"
 
 
+_SQLITE_FULL = 13  # sqlite3.SQLITE_FULL, which Python 3.10 does not define
+
+
 def is_disk_full(exc: BaseException) -> bool:
     """No space (or quota) left: for files, and for SQLite's index."""
     if isinstance(exc, sqlite3.OperationalError):
-        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+        return getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -164,12 +167,11 @@ class CasApp:
         plan = plan_reconstruction(stored.terms, self.store.layouts_for(stored), byte_range)
         exp = int(time.time()) + self.config.url_ttl
 
-        def make_url(xorb: str, start: int, end: int) -> str:
+        def our_url(xorb: str, start: int, end: int) -> str:
             query = urlencode({"r": f"{start}-{end}", "exp": exp, "sig": self.signer.sign_range(xorb, start, end, exp)})
             return f"{base}/v1/xorb-data/{xorb}?{query}"
 
-        if self.object_bucket is not None:
-            make_url = _bucket_urls(self.object_bucket, self.config.url_ttl)
+        make_url = our_url if self.object_bucket is None else _bucket_urls(self.object_bucket, self.config.url_ttl)
         return stored, with_signed_urls(plan, make_url).to_json(version)
 
     async def reconstruction(self, request: Request) -> Response:
@@ -400,13 +402,16 @@ def create_app(config: ServerConfig) -> Starlette:
     app = CasApp(config)
     hub = HubEmulation(app)
 
-    async def on_refused(request: Request, exc: RequestRefused) -> Response:
+    # Starlette types every handler as taking Exception; it calls each for its own class only.
+    async def on_refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestRefused)
         response = _error(exc.status, exc.message, exc.code)
         if exc.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
-    async def on_object_store_error(request: Request, exc: S3Error) -> Response:
+    async def on_object_store_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, S3Error)
         log.error("%s %s: object storage: %s", request.method, request.url.path, exc.message)
         return _error(503, "the server's object storage is unavailable; try again later")
 

@@ -52,7 +52,7 @@ class PacedStreamingResponse(StreamingResponse):
         super().__init__(content, **kwargs)
         self.idle_timeout = idle_timeout
 
-    async def stream_response(self, send) -> None:  # type: ignore[override]
+    async def stream_response(self, send) -> None:
         async def paced(message) -> None:
             try:
                 await asyncio.wait_for(send(message), self.idle_timeout)

@@ -136,7 +136,7 @@ def serve(
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     # The first line on stdout is the URL, for scripts and tests that start us with --port 0.
     print(f"http://{shown}:{bound}", flush=True)
-    config = uvicorn.Config(
+    server_config = uvicorn.Config(
         app,
         log_level=log_level.lower(),
         access_log=False,
@@ -145,5 +145,5 @@ def serve(
         limit_concurrency=limits.max_connections,
         timeout_keep_alive=5,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(server_config).run(sockets=[sock])
     return 0

@@ -14,6 +14,7 @@ re-uploaded as it is removed is written back by its uploader (CasStore._index_xo
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -139,13 +140,13 @@ def collect_garbage(store: CasStore, grace_seconds: float = DEFAULT_GRACE_SECOND
         xorb_hex = _xorb_name(key)
         if xorb_hex is None:
             continue
-        if dry_run or store.index.remove_xorb_if_unindexed(xorb_hex, lambda key=key: store.objects.delete(key)):
+        if dry_run or store.index.remove_xorb_if_unindexed(xorb_hex, functools.partial(store.objects.delete, key)):
             removed.append(key)
     for xorb_hex in list(store.index.unreferenced_xorbs()):
         key = store.xorb_key(xorb_hex)
         if xorb_objects.get(key, 0.0) > cutoff:
             continue  # written recently: its shard may be on its way
-        if dry_run or store.index.remove_xorb_if_unreferenced(xorb_hex, lambda key=key: store.objects.delete(key)):
+        if dry_run or store.index.remove_xorb_if_unreferenced(xorb_hex, functools.partial(store.objects.delete, key)):
             removed.append(key)
     registered = store.index.shard_ids()
     for key, _ in candidates:

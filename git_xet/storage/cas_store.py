@@ -256,8 +256,8 @@ class CasStore:
         self._check_work_bound(shard)
         shard_id = hashes.hash_to_hex(hashes.keyed_hash(bytes(32), body))
         layouts: dict[bytes, XorbLayout] = {}
-        for info in shard.cas:
-            layouts[info.xorb_hash] = self._check_cas_block(info)
+        for cas in shard.cas:
+            layouts[cas.xorb_hash] = self._check_cas_block(cas)
         for info in shard.files:
             self._check_terms_in_range(info, layouts)
         check_reference_budget(len(body), (t for info in shard.files for t in info.terms), {x: layout.chunk_sizes for x, layout in layouts.items()})

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -91,6 +91,12 @@ _MIGRATION_LOCK = 0x67697478  # advisory lock key held while migrating ("gitx")
 _PAGE = 10_000
 # The database rolled the transaction back to resolve a conflict with another: run it again.
 _ROLLED_BACK = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+
+
+def _only_value(row: tuple[Any, ...] | None) -> Any:
+    """The one column of a query that always returns one row (an aggregate, the schema row)."""
+    assert row is not None, "a single-row query returned no row"
+    return row[0]
 
 
 def _lock_xorb(conn: psycopg.Connection, xorb_hex: str) -> None:
@@ -167,7 +173,7 @@ class PostgresIndex:
                 conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
 
     def schema_version(self) -> int:
-        return self._run(lambda conn: conn.execute("SELECT version FROM schema_version").fetchone()[0])
+        return self._run(lambda conn: _only_value(conn.execute("SELECT version FROM schema_version").fetchone()))
 
     def close(self) -> None:
         self._drop_connection()
@@ -205,9 +211,9 @@ class PostgresIndex:
         after = ""
         while True:
             page = self._run(
-                lambda conn, after=after: conn.execute(  # bound now: _run calls it before `after` moves on
+                lambda conn: conn.execute(
                     "SELECT hash FROM xorbs WHERE hash > %s AND NOT EXISTS (SELECT 1 FROM xorb_refs WHERE xorb = hash) ORDER BY hash LIMIT %s",
-                    (after, _PAGE),
+                    (after, _PAGE),  # noqa: B023 - _run calls it before `after` moves on
                 ).fetchall()
             )
             yield from (r[0] for r in page)
@@ -240,7 +246,7 @@ class PostgresIndex:
         after = ""
         while True:
             page = self._run(
-                lambda conn, after=after: conn.execute("SELECT hash, body_size FROM xorbs WHERE hash > %s ORDER BY hash LIMIT %s", (after, _PAGE)).fetchall()
+                lambda conn: conn.execute("SELECT hash, body_size FROM xorbs WHERE hash > %s ORDER BY hash LIMIT %s", (after, _PAGE)).fetchall()  # noqa: B023 - called at once
             )
             yield from page
             if len(page) < _PAGE:
@@ -315,7 +321,7 @@ class PostgresIndex:
 
     def stats(self) -> dict[str, int]:
         def work(conn: psycopg.Connection) -> dict[str, int]:
-            return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+            return {t: _only_value(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()) for t in TABLES}
 
         return self._run(work)
 
@@ -326,7 +332,7 @@ class PostgresIndex:
         while True:
             where = f"WHERE ({key}) > ({', '.join(['%s'] * len(columns))})" if last else ""
             query = f"SELECT {key} FROM {table} {where} ORDER BY {key} LIMIT {_PAGE}"
-            page = self._run(lambda conn, query=query, last=last: conn.execute(query, last or ()).fetchall())
+            page = self._run(lambda conn: conn.execute(query, last or ()).fetchall())  # noqa: B023 - called at once
             yield from (tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in page)
             if len(page) < _PAGE:
                 return

@@ -1,0 +1,6 @@
+"""Types of the optional C extension built from _crc64.c (see setup.py)."""
+
+from _typeshed import ReadableBuffer
+
+def crc64nvme(buffer: ReadableBuffer, crc: int = 0, /) -> int: ...
+def crc64nvme_table(buffer: ReadableBuffer, crc: int = 0, /) -> int: ...

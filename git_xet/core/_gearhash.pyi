@@ -1,0 +1,6 @@
+"""Types of the optional C extension built from _gearhash.c (see setup.py)."""
+
+from _typeshed import ReadableBuffer
+
+def scan(buffer: ReadableBuffer, h: int, chunk_len: int, /) -> tuple[list[int], int, int]: ...
+def table() -> tuple[int, ...]: ...
