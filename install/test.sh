@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Set up everything on a fresh machine (system packages, virtualenv, test deps) and run the tests.
+# Set up everything on a fresh machine (system packages, virtualenv, test deps), check lint and
+# types (ruff, mypy: configured in pyproject.toml; any finding fails), and run the tests.
 # Extra arguments go to pytest, e.g.  bash install/test.sh -k shard -x
 EXTRAS=test source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
+"$VENV/bin/ruff" check
+"$VENV/bin/python" -m mypy
 bash "$ROOT/install/peers.sh"
 bash "$ROOT/install/services.sh"
 exec "$VENV/bin/python" -m pytest "$@"
