@@ -11,8 +11,8 @@ import sys
 TYPE_CHECKING = False  # not typing's: the agent path below must not even import typing
 if TYPE_CHECKING:
     import argparse
-    from pathlib import Path
     from collections.abc import Sequence
+    from pathlib import Path
 
 
 def _cmd_version(_args: argparse.Namespace) -> int:
@@ -226,7 +226,8 @@ def _cmd_token(args: argparse.Namespace) -> int:
     import os
     import time
 
-    from .server.auth import AuthError, SecretError, Signer, load_secret
+    from .server.auth import AuthError, Signer, load_secret
+    from .server.errors import SecretError
 
     if args.revoke and args.index is None and args.data is None:
         print("git-xet token: --revoke needs the server's index: --index postgresql://... or --data DIR", file=sys.stderr)
@@ -243,7 +244,8 @@ def _cmd_token(args: argparse.Namespace) -> int:
         print(f"git-xet token: {exc}", file=sys.stderr)
         return 1
     if args.revoke:
-        from .storage.index_base import StoreError, open_index
+        from .storage.errors import StorageError
+        from .storage.index_base import open_index
 
         token_id = args.revoke
         if token_id.count(".") == 2:  # a whole token: revoke it by its id
@@ -256,7 +258,7 @@ def _cmd_token(args: argparse.Namespace) -> int:
             index = open_index(args.index, args.data)
             index.revoke_token(token_id, int(time.time()))
             index.close()
-        except StoreError as exc:
+        except StorageError as exc:
             print(f"git-xet token: {exc.message}", file=sys.stderr)
             return 1
         print(f"git-xet: revoked token {token_id} and every CAS token minted from it (servers notice within a second)")
@@ -311,11 +313,12 @@ def _seconds_at_least(floor: int, why: str):
 def _open_store(args: argparse.Namespace, name: str):
     """The store `--data`/`--index` name, as the server opens it; None (after saying why) if it cannot be opened."""
     from .storage.cas_store import CasStore
-    from .storage.index_base import StoreError, open_index
+    from .storage.errors import StorageError
+    from .storage.index_base import open_index
 
     try:
         return CasStore(args.data, private=True, index=open_index(args.index, args.data))
-    except StoreError as exc:
+    except StorageError as exc:
         print(f"git-xet {name}: {exc.message}", file=sys.stderr)
         return None
 
@@ -359,13 +362,14 @@ def _cmd_gc(args: argparse.Namespace) -> int:
 def _cmd_copy_index(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .storage.index_base import StoreError, copy_index, open_index
+    from .storage.errors import StorageError
+    from .storage.index_base import copy_index, open_index
 
     try:
         source = open_index(args.index, args.data)
         target = open_index(args.to, Path(args.to)) if args.to.startswith(("postgresql://", "postgres://")) else open_index(None, Path(args.to))
         copied = copy_index(source, target)
-    except StoreError as exc:
+    except StorageError as exc:
         print(f"git-xet copy-index: {exc.message}", file=sys.stderr)
         return 1
     source.close()

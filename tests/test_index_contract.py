@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from git_xet.core import hashes
 from git_xet.core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from git_xet.storage.cas_store import CasStore
+from git_xet.storage.errors import Conflict, Misconfigured
 from git_xet.storage.index_base import (
     TABLES,
     FileRegistration,
     MetadataIndex,
     ShardRegistration,
     StoredFile,
-    StoreError,
     XorbLayout,
     copy_index,
     layout_row,
@@ -150,12 +150,12 @@ class Model:
         return True
 
     def register_shard(self, s: ShardRegistration) -> bool:
-        """True, False (a repeat), or StoreError (a xorb its files use is not indexed: no change)."""
+        """True, False (a repeat), or Conflict (a xorb its files use is not indexed: no change)."""
         if (s.repo, s.shard_id) in self.repo_shards:
             self.shards.setdefault(s.shard_id, s.size)
             return False
         if any(_hex(t.xorb_hash) not in self.xorbs for f in s.files for t in f.terms):
-            raise StoreError(400, "a xorb is not indexed")
+            raise Conflict("a xorb is not indexed")
         self.shards.setdefault(s.shard_id, s.size)
         self.repo_shards.add((s.repo, s.shard_id))
         for f in s.files:
@@ -215,10 +215,10 @@ def test_index_follows_the_contract(make_index) -> None:
             elif op[0] == "shard":
                 try:
                     expected: bool | type = model.register_shard(op[1])
-                except StoreError:
-                    expected = StoreError
-                if expected is StoreError:
-                    with pytest.raises(StoreError, match="collected"):
+                except Conflict:
+                    expected = Conflict
+                if expected is Conflict:
+                    with pytest.raises(Conflict, match="collected"):
                         index.register_shard(op[1])
                 else:
                     assert index.register_shard(op[1]) == expected
@@ -286,7 +286,7 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
             barrier.wait()
             try:
                 outcome["registered"] = index.register_shard(shard)
-            except StoreError:
+            except Conflict:
                 outcome["registered"] = False
 
         def collect(xorb_hex: str, barrier: threading.Barrier, outcome: dict[str, object]) -> None:
@@ -337,7 +337,7 @@ def test_an_index_from_a_newer_git_xet_is_refused(make_index) -> None:
         with psycopg.connect(index._url, autocommit=True) as conn:
             conn.execute("UPDATE schema_version SET version = 99")
         reopen = lambda: PostgresIndex(index._url)  # noqa: E731
-    with pytest.raises(StoreError, match="newer git-xet"):
+    with pytest.raises(Misconfigured, match="newer git-xet"):
         reopen()
 
 

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..core.errors import XetError
 
-class ConfigError(Exception):
+
+class ConfigError(XetError):
     """The agent is not configured well enough to transfer; the message says what to run."""
 
 

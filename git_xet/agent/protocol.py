@@ -7,12 +7,14 @@ integers; any malformed request gets an error answer and the agent keeps serving
 
 from __future__ import annotations
 
+from ..core.errors import XetError
+
 # Error codes in `complete` events (git-lfs shows the message; the code is informational).
 ERR_TRANSFER = 2
 ERR_BAD_REQUEST = 32
 
 
-class ProtocolError(ValueError):
+class ProtocolError(XetError, ValueError):
     """A request line that cannot be acted on; `oid` is set when one could be read."""
 
     def __init__(self, message: str, oid: str | None = None) -> None:

@@ -14,7 +14,7 @@ import httpx
 
 from ..client.backend import XetBackend
 from ..client.errors import NotFoundError, TransferError
-from ..client.http_backend import HttpCasBackend, HttpStatusError, make_http_client
+from ..client.http_backend import HttpCasBackend, make_http_client, status_error
 from ..client.local_backend import LocalStoreBackend
 from ..client.retry import RetryPolicy, with_retries
 from ..client.shard_cache import ShardCache, default_cache_root
@@ -127,7 +127,7 @@ class AgentSession:
                 headers={"Accept": "application/vnd.git-lfs+json", "Content-Type": "application/vnd.git-lfs+json", **headers},
             )
             if resp.status_code != 200:  # 401/403 carry the server's reason; the agent adds the fix
-                raise HttpStatusError(f"LFS batch request to {endpoint}", resp)  # 429/5xx: retried
+                raise status_error(f"LFS batch request to {endpoint}", resp)  # 429/5xx: retried
             return resp
 
         # The same retries (and Retry-After) as every CAS call: a busy server answers 429 here too.

@@ -41,7 +41,7 @@ from ..fsutil import atomic_write
 from ..storage.cas_store import CasStore, XorbLayout
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import S3Error, S3ObjectStore
-from .errors import NotFoundError, RangeNotSatisfiableError, TransferError
+from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, RejectedError, StoreDamagedError, TransferError, from_storage_error
 
 log = logging.getLogger("git_xet.bucket")
 
@@ -120,7 +120,7 @@ class BucketBackend:
         try:
             return what(*args)
         except S3Error as exc:
-            raise TransferError(exc.message, status=exc.status, retryable=exc.status is None or exc.status >= 500) from None
+            raise from_storage_error(exc, self.objects.location) from None
 
     # ------------------------------------------------------------------ uploads
 
@@ -132,7 +132,7 @@ class BucketBackend:
         try:
             verified = verify_xorb(body, hashes.hex_to_hash(xorb_hex))
         except FormatError as exc:
-            raise TransferError(f"refusing to store xorb {xorb_hex}: {exc}") from None
+            raise RejectedError(f"refusing to store xorb {xorb_hex}: {exc}") from None
         return self._call(self.objects.put_new, key, verified.body, verified.footer().serialize())
 
     def upload_shard(self, body: bytes) -> bool:
@@ -142,11 +142,11 @@ class BucketBackend:
         try:
             shard = parse_shard(body)
         except FormatError as exc:
-            raise TransferError(f"refusing to store an invalid shard: {exc}") from None
+            raise RejectedError(f"refusing to store an invalid shard: {exc}") from None
         named = {t.xorb_hash for f in shard.files for t in f.terms} | {c.xorb_hash for c in shard.cas}
         for xorb in named:
             if not self._call(self.objects.exists, CasStore.xorb_key(hashes.hash_to_hex(xorb))):
-                raise TransferError(f"xorb {hashes.hash_to_hex(xorb)} is not in {self.objects.location}; push again", retryable=True)
+                raise MissingXorbsError(f"shard references xorb {hashes.hash_to_hex(xorb)}, which is not in {self.objects.location}")
         shard_id = _shard_id(body)
         created = self._call(self.objects.put_new, f"shards/{shard_id}.mdb", body)
         self._remember_shard(shard_id, body, shard)
@@ -182,19 +182,19 @@ class BucketBackend:
         try:
             shard_id = self._call(self.objects.read, f"files/{file_hex.lower()}").decode().strip()
         except FileNotFoundError:
-            raise NotFoundError(f"file {file_hex} is not in {self.objects.location}", status=404) from None
+            raise NotFoundError(f"file {file_hex} is not in {self.objects.location}") from None
         wanted = hashes.hex_to_hash(file_hex)
         for info in self._shard(shard_id).files:
             if info.file_hash == wanted:
                 return info
-        raise TransferError(f"{self.objects.location} is damaged: shard {shard_id} does not describe file {file_hex}")
+        raise StoreDamagedError(f"{self.objects.location} is damaged: shard {shard_id} does not describe file {file_hex}")
 
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
         info = self._file(file_hex)
         size = info.size
         start, end = byte_range if byte_range is not None else (0, size - 1)
         if start >= size and size:
-            raise RangeNotSatisfiableError(f"byte {start} is past the end of file {file_hex} ({size} bytes)", status=416)
+            raise RangeNotSatisfiableError(f"byte {start} is past the end of file {file_hex} ({size} bytes)")
         layouts = {}
         for term in info.terms:
             name = hashes.hash_to_hex(term.xorb_hash)
@@ -206,7 +206,7 @@ class BucketBackend:
         try:
             return self._call(self.objects.read_range, CasStore.xorb_key(fetch.xorb), fetch.byte_start, fetch.byte_end)
         except FileNotFoundError:
-            raise TransferError(f"xorb {fetch.xorb} is missing from {self.objects.location}") from None
+            raise StoreDamagedError(f"{self.objects.location} is damaged: xorb {fetch.xorb} is missing") from None
 
     # ------------------------------------------------------------------ shards and layouts
 
@@ -222,7 +222,7 @@ class BucketBackend:
     def _shard(self, shard_id: str) -> Shard:
         """A shard by id: from memory, the local cache, or the bucket; checked against its id."""
         if not hashes.is_hash_hex(shard_id):
-            raise TransferError(f"{self.objects.location} is damaged: {shard_id[:80]!r} is not a shard id")
+            raise StoreDamagedError(f"{self.objects.location} is damaged: {shard_id[:80]!r} is not a shard id")
         with self._lock:
             found = self._shards.get(shard_id)
         if found is not None:
@@ -235,13 +235,13 @@ class BucketBackend:
             try:
                 body = self._call(self.objects.read, f"shards/{shard_id}.mdb")
             except FileNotFoundError:
-                raise TransferError(f"{self.objects.location} is damaged: shard {shard_id} is missing") from None
+                raise StoreDamagedError(f"{self.objects.location} is damaged: shard {shard_id} is missing") from None
             if _shard_id(body) != shard_id:
-                raise TransferError(f"{self.objects.location} is damaged: shard {shard_id} does not match its name")
+                raise StoreDamagedError(f"{self.objects.location} is damaged: shard {shard_id} does not match its name")
         try:
             shard = parse_shard(body)
         except FormatError as exc:
-            raise TransferError(f"{self.objects.location} is damaged: shard {shard_id}: {exc}") from None
+            raise StoreDamagedError(f"{self.objects.location} is damaged: shard {shard_id}: {exc}") from None
         self._remember_shard(shard_id, body, shard)
         return shard
 
@@ -255,22 +255,22 @@ class BucketBackend:
         try:
             tail, size = self._call(self.objects.read_tail, key, FOOTER_GUESS)
         except FileNotFoundError:
-            raise TransferError(f"xorb {xorb_hex} is missing from {self.objects.location}") from None
+            raise StoreDamagedError(f"{self.objects.location} is damaged: xorb {xorb_hex} is missing") from None
         damaged = f"{self.objects.location} is damaged: xorb {xorb_hex} has no valid footer"
         if len(tail) < 4:
-            raise TransferError(damaged)
+            raise StoreDamagedError(damaged)
         (info_len,) = struct.unpack_from("<I", tail, len(tail) - 4)
         if info_len + 4 > size:
-            raise TransferError(damaged)
+            raise StoreDamagedError(damaged)
         if info_len + 4 > len(tail):
             tail = self._call(self.objects.read_range, key, size - info_len - 4, size - 1)
         try:
             footer = XorbFooter.parse(tail[len(tail) - 4 - info_len : len(tail) - 4])
         except FormatError:
-            raise TransferError(damaged) from None
+            raise StoreDamagedError(damaged) from None
         sizes = tuple(b - a for a, b in zip((0, *footer.unpacked_ends), footer.unpacked_ends))
         if footer.xorb_hash != hashes.hex_to_hash(xorb_hex) or hashes.xorb_hash(footer.chunk_hashes, sizes) != footer.xorb_hash:
-            raise TransferError(damaged)
+            raise StoreDamagedError(damaged)
         layout = XorbLayout(xorb_hex, footer.chunk_hashes, footer.byte_ends, sizes)
         with self._lock:
             self._layouts[xorb_hex] = layout

@@ -1,15 +1,51 @@
-"""Errors a backend raises; pipelines and the agent turn them into messages that say what to do."""
+"""The client layer's errors: what a backend raises, whichever store is behind it.
+
+Every backend raises the same class for the same case: the HTTP backend picks it from the
+server's status and `code`, the local and bucket backends translate the storage layer's
+errors (`from_storage_error`). Pipelines and the agent turn them into messages that say what
+to do.
+
+    TransferError               base (a XetError); `retryable` says whether trying again may help
+      NotFoundError             the store does not know this file
+      RangeNotSatisfiableError  a byte range starts past the end of the file
+      UrlExpiredError           a signed xorb URL was refused: query the reconstruction again
+      RejectedError             the store refused what we sent as invalid: sending it again cannot help
+        MissingXorbsError       a shard references xorbs the store does not hold
+      ConflictError             the upload raced a change of the store (gc): upload it again
+      StoreDamagedError         the store lost or corrupted data it promises to hold
+      StoreUnavailableError     the store cannot be reached now (retryable)
+      StoreFullError            the store has no space left
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from ..core.errors import XetError
 
+if TYPE_CHECKING:
+    from ..storage.errors import StorageError
+
 
 class TransferError(XetError):
-    """A backend operation failed. `retryable` says whether trying again may help."""
+    """A backend operation failed. `retryable` says whether trying again may help; over HTTP,
+    `status` is the server's answer and `code` its stable reason (when it sent one), and
+    `retry_after` the seconds it asked us to wait."""
 
-    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        status: int | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        self.code = code
+        self.retry_after = retry_after
 
 
 class NotFoundError(TransferError):
@@ -17,20 +53,86 @@ class NotFoundError(TransferError):
 
 
 class RangeNotSatisfiableError(TransferError):
-    """The requested byte range starts at or past the end of the file (HTTP 416)."""
+    """The requested byte range starts at or past the end of the file."""
 
 
 class UrlExpiredError(TransferError):
     """A signed xorb URL was refused (expired or revoked): query the reconstruction again."""
 
 
-class MissingXorbsError(TransferError):
+class RejectedError(TransferError):
+    """The store refused an upload or a query as invalid, inconsistent or too costly to check:
+    sending the same again cannot help."""
+
+
+class MissingXorbsError(RejectedError):
     """The store refused a shard because it does not hold xorbs the shard references.
 
     After an upload that deduplicated against the local shard cache this means the store lost
     data this machine remembers it holding (reset, or restored from an older backup): the
     upload pipeline then forgets that store's cache and re-uploads what is missing.
     """
+
+
+class ConflictError(TransferError):
+    """The upload contradicts a change the store made meanwhile (gc collected a xorb it uses):
+    upload it again."""
+
+
+class StoreDamagedError(TransferError):
+    """The store is missing or holds corrupt data it claims to have: its operator must repair it."""
+
+
+class StoreUnavailableError(TransferError):
+    """A part of the store cannot be reached right now: try again later."""
+
+    def __init__(self, message: str, **kwargs) -> None:
+        kwargs.setdefault("retryable", True)
+        super().__init__(message, **kwargs)
+
+
+class StoreFullError(TransferError):
+    """The store has no space left: its operator must free or add some."""
+
+
+def from_storage_error(exc: StorageError, where: str) -> TransferError:
+    """The client error for a storage error of an in-process store at `where`: the class the
+    HTTP backend raises for the same refusal from a server (see server/errors.py)."""
+    from ..storage import errors as storage
+
+    message = exc.message
+    if isinstance(exc, storage.MissingXorbs):
+        return MissingXorbsError(message)
+    if isinstance(exc, storage.Rejected):
+        return RejectedError(message)
+    if isinstance(exc, storage.Conflict):
+        return ConflictError(message)
+    if isinstance(exc, storage.Damaged):
+        return StoreDamagedError(f"the store {where} is damaged: {message}")
+    if isinstance(exc, storage.Unavailable):
+        return StoreUnavailableError(message, retryable=getattr(exc, "transient", True))
+    if isinstance(exc, storage.StorageFull):
+        return StoreFullError(message)
+    return TransferError(message)
+
+
+# Client error class for a server's HTTP status (the table server/errors.py answers with).
+_BY_STATUS: dict[int, type[TransferError]] = {
+    400: RejectedError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: RejectedError,
+    416: RangeNotSatisfiableError,
+    503: StoreUnavailableError,
+    507: StoreFullError,
+}
+
+
+def for_status(status: int, code: str | None, message: str) -> type[TransferError]:
+    """The client error class for a server's refusal (its status, stable `code` and message)."""
+    if status == 400 and refuses_missing_xorbs(code, message):
+        return MissingXorbsError
+    return _BY_STATUS.get(status, TransferError)
 
 
 # Messages of stores that refuse missing xorbs without a `code` (git-xet servers before it).

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import httpx
 
 from .. import __version__
-from ..memory import xorb_range_windows
 from ..core.checksums import crc64nvme
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard, parse_shard
-from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, refuses_missing_xorbs
+from ..memory import xorb_range_windows
+from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, for_status
 from .retry import RETRYABLE_STATUS, RetryPolicy, with_retries
 from .tokens import StaticToken, TokenSource
 
@@ -88,22 +88,21 @@ class _Grant:
         return grant
 
 
-class HttpStatusError(TransferError):
-    def __init__(self, what: str, resp: httpx.Response) -> None:
-        self.code: str | None = None  # the server's stable reason, when it sends one
-        try:
-            answer = resp.json()
-            detail = answer.get("error") or answer.get("message") or ""
-            self.code = answer.get("code") if isinstance(answer.get("code"), str) else None
-        except (ValueError, AttributeError):
-            detail = resp.text[:200]
-        super().__init__(
-            f"{what}: HTTP {resp.status_code}{': ' + detail if detail else ''}",
-            retryable=resp.status_code in RETRYABLE_STATUS,
-            status=resp.status_code,
-        )
-        value = resp.headers.get("retry-after", "")
-        self.retry_after = float(value) if value.replace(".", "", 1).isdigit() else None
+def status_error(what: str, resp: httpx.Response) -> TransferError:
+    """The client error for a refused request: its class from the status and the server's
+    stable `code` (errors.for_status), its message from the server's JSON error body."""
+    code = None
+    try:
+        answer = resp.json()
+        detail = answer.get("error") or answer.get("message") or ""
+        code = answer.get("code") if isinstance(answer.get("code"), str) else None
+    except (ValueError, AttributeError):
+        detail = resp.text[:200]
+    message = f"{what}: HTTP {resp.status_code}{': ' + detail if detail else ''}"
+    value = resp.headers.get("retry-after", "")
+    retry_after = float(value) if value.replace(".", "", 1).isdigit() else None
+    error_class = for_status(resp.status_code, code, str(detail))
+    return error_class(message, retryable=resp.status_code in RETRYABLE_STATUS, status=resp.status_code, code=code, retry_after=retry_after)
 
 
 def timeout_from_env() -> httpx.Timeout:
@@ -230,7 +229,7 @@ class HttpCasBackend:
                 self.tokens.invalidate()
                 resp = send()
             if resp.status_code not in ok:
-                raise HttpStatusError(what, _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
+                raise status_error(what, _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
             return _read_bounded(resp, MAX_ANSWER_BYTES)
 
         return with_retries(what, attempt, self.policy)
@@ -294,26 +293,21 @@ class HttpCasBackend:
             if resp.status_code in (403, 412) or 200 <= resp.status_code < 300:
                 resp.close()
                 return resp.status_code
-            raise HttpStatusError(f"upload of xorb {xorb_hex[:12]} to its grant URL", _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
+            raise status_error(f"upload of xorb {xorb_hex[:12]} to its grant URL", _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
 
         return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy)
 
     def upload_shard(self, body: bytes) -> bool:
         try:
+            resp = self._request("shard upload", "POST", "/v2/shards", body=body)
+        except TransferError as exc:
+            if exc.status not in (404, 501):
+                raise
+            resp = self._request("shard upload (v1)", "POST", "/v1/shards", body=body)
             try:
-                resp = self._request("shard upload", "POST", "/v2/shards", body=body)
-            except TransferError as exc:
-                if exc.status not in (404, 501):
-                    raise
-                resp = self._request("shard upload (v1)", "POST", "/v1/shards", body=body)
-                try:
-                    return int(resp.json()["result"]) == 1
-                except (ValueError, KeyError, TypeError):
-                    raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
-        except HttpStatusError as exc:
-            if exc.status == 400 and refuses_missing_xorbs(exc.code, str(exc)):
-                raise MissingXorbsError(str(exc), status=400) from None
-            raise
+                return int(resp.json()["result"]) == 1
+            except (ValueError, KeyError, TypeError):
+                raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
         return self._read_shard_frames(resp.text)
 
     @staticmethod
@@ -333,9 +327,12 @@ class HttpCasBackend:
                 return result == 1
             if kind == "error":
                 message = f"the server refused the shard: {str(frame.get('message'))[:500]}"
-                if refuses_missing_xorbs(frame.get("code"), frame.get("message")):
-                    raise MissingXorbsError(message)
-                raise TransferError(message, retryable=frame.get("retryable") is True)
+                code = frame.get("code") if isinstance(frame.get("code"), str) else None
+                status = frame.get("status")  # the status the refusal stands for (git-xet servers send it)
+                if not isinstance(status, int) or isinstance(status, bool):
+                    status = 500 if frame.get("retryable") is True else 400
+                error_class = for_status(status, code, str(frame.get("message")))
+                raise error_class(message, retryable=frame.get("retryable") is True, code=code)
         raise TransferError("shard upload answer ended without a result", retryable=True)
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
@@ -386,7 +383,7 @@ class HttpCasBackend:
                 if resp.status_code == 403:
                     raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
                 if resp.status_code not in (200, 206):
-                    raise HttpStatusError(f"download of xorb {fetch.xorb[:12]}", _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
+                    raise status_error(f"download of xorb {fetch.xorb[:12]}", _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
                 # 200: the server ignored Range and sends the whole object; take our window.
                 skip = fetch.byte_start if resp.status_code == 200 else 0
                 data, received = _read_window(resp, skip, expected, exact=resp.status_code == 206)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard
-from ..storage.cas_store import CasStore, StoreError
+from ..storage.cas_store import CasStore
+from ..storage.errors import StorageError
 from ..storage.planning import plan_reconstruction
-from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, TransferError, refuses_missing_xorbs
+from .errors import NotFoundError, RangeNotSatisfiableError, StoreDamagedError, TransferError, from_storage_error
 
 
 class LocalStoreBackend:
@@ -28,37 +29,40 @@ class LocalStoreBackend:
     def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         try:
             return self.store.put_xorb(xorb_hex, body)
-        except StoreError as exc:
-            raise TransferError(exc.message, status=exc.status) from None
+        except StorageError as exc:
+            raise from_storage_error(exc, str(self.root)) from None
 
     def upload_shard(self, body: bytes) -> bool:
         try:
             return self.store.register_shard(body)
-        except StoreError as exc:
-            if refuses_missing_xorbs(exc.code, exc.message):
-                raise MissingXorbsError(exc.message, status=exc.status) from None
-            raise TransferError(exc.message, status=exc.status) from None
+        except StorageError as exc:
+            raise from_storage_error(exc, str(self.root)) from None
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         return self.store.dedup_shard(chunk_hash)
 
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
-        stored = self.store.get_file(file_hex)
+        try:
+            stored = self.store.get_file(file_hex)
+        except StorageError as exc:
+            raise from_storage_error(exc, str(self.root)) from None
         if stored is None:
-            raise NotFoundError(f"file {file_hex} is not in the local store {self.root}", status=404)
+            raise NotFoundError(f"file {file_hex} is not in the local store {self.root}")
         if byte_range is None:
             byte_range = (0, stored.size - 1)
         start, end = byte_range
         if start >= stored.size and stored.size:
-            raise RangeNotSatisfiableError(f"byte {start} is past the end of file {file_hex} ({stored.size} bytes)", status=416)
+            raise RangeNotSatisfiableError(f"byte {start} is past the end of file {file_hex} ({stored.size} bytes)")
         try:
             layouts = self.store.layouts_for(stored)
-        except StoreError as exc:
-            raise TransferError(f"the local store {self.root} is damaged: {exc.message}") from None
+        except StorageError as exc:
+            raise from_storage_error(exc, str(self.root)) from None
         return plan_reconstruction(stored.terms, layouts, (start, min(end, stored.size - 1)))
 
     def fetch(self, fetch: FetchRange) -> bytes:
         try:
             return self.store.read_xorb_range(fetch.xorb, fetch.byte_start, fetch.byte_end)
+        except FileNotFoundError:
+            raise StoreDamagedError(f"the store {self.root} is damaged: xorb {fetch.xorb} is missing") from None
         except OSError as exc:
             raise TransferError(f"cannot read xorb {fetch.xorb} from {self.root}: {exc.strerror or exc}") from None

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from ..core.errors import XetError
+
 STORE_MARKER = "git-xet-store"
 CACHE_LABEL = "store"  # in each shard-cache directory (named by a hash): the store it describes
 _MARKER_TEXT = "git-xet directory store, format 1 (objects + index.sqlite; servable with `git xet serve --data`)\n"
@@ -31,7 +33,7 @@ FORMS = (
 )
 
 
-class LocationError(ValueError):
+class LocationError(XetError, ValueError):
     """The text is not a store location; the message says what to write instead."""
 
 

@@ -14,12 +14,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import XetError
+
 AGENT = "xet"
 SCOPED_URL = "https://{remote}.git-xet.invalid/lfs"
 CONCURRENCY_MARK = "xet.installedconcurrenttransfers"  # install set lfs.concurrenttransfers
 
 
-class GitError(Exception):
+class GitError(XetError):
     pass
 
 

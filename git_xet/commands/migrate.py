@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.errors import XetError
+
 PARALLEL = 8
 
 
@@ -32,7 +34,7 @@ class MigrationResult:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
-class MigrationError(Exception):
+class MigrationError(XetError):
     """The migration cannot go on; the message says why and what to do."""
 
 

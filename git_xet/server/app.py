@@ -15,10 +15,8 @@ Routes (each also under /api/v1 as the draft spells them where it names one):
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -34,16 +32,16 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.shard import ShardFooter, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES
-from .auth import KINDS, Claims, Signer, load_secret
-from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
-from ..storage.errors import RequestRefused
-from .grants import Grants
-from .hub import HubEmulation, hub_routes
-from ..storage.planning import plan_reconstruction
-from .reconstruction import RangeNotSatisfiable, parse_range_header, with_signed_urls
 from ..storage.cas_store import CasStore, StoredFile
 from ..storage.index_base import open_index
-from ..storage.s3 import S3Error, S3ObjectStore, open_s3_objects
+from ..storage.planning import plan_reconstruction
+from ..storage.s3 import S3ObjectStore, open_s3_objects
+from .auth import KINDS, Claims, Signer, load_secret
+from .errors import RangeNotSatisfiable, RequestRefused, exception_handlers, refusal, retryable
+from .grants import Grants
+from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
+from .hub import HubEmulation, hub_routes
+from .reconstruction import parse_range_header, with_signed_urls
 
 log = logging.getLogger("git_xet.server")
 
@@ -75,24 +73,6 @@ class ServerConfig:
     index_url: str | None = None
     secret_file: Path | None = None  # where the signing secret is, unless $GIT_XET_SERVER_SECRET
     objects: str | None = None  # s3://BUCKET[/PREFIX] for object bytes; None: files in data_dir
-
-
-DISK_FULL = "the server's disk is full; free space or grow its volume, then push again"
-
-
-_SQLITE_FULL = 13  # sqlite3.SQLITE_FULL, which Python 3.10 does not define
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """No space (or quota) left: for files, and for SQLite's index."""
-    if isinstance(exc, sqlite3.OperationalError):
-        return getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _error(status: int, message: str, code: str | None = None) -> JSONResponse:
-    body = {"error": message} if code is None else {"error": message, "code": code}
-    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
 def _bearer(request: Request) -> str | None:
@@ -271,21 +251,20 @@ class CasApp:
                         update.cancel()
             try:
                 inserted = work.result()
-            except RequestRefused as exc:  # 5xx (the index unreachable): the client may retry
-                error = {"type": "error", "message": exc.message, "retryable": exc.status >= 500}
-                if exc.code is not None:
-                    error["code"] = exc.code
+            except Exception as exc:  # noqa: BLE001 - reported in-band once the stream has started
+                refused = refusal(exc)
+                if refused is None:
+                    log.exception("shard registration failed")
+                    yield frame({"type": "error", "message": "internal error registering the shard", "retryable": True})
+                    return
+                if refused.status >= 500:
+                    log.error("shard registration failed: %s", exc)
+                # The status the refusal would have had before the stream started: the client
+                # raises the same error class as for a refused request (client/errors.for_status).
+                error = {"type": "error", "message": refused.message, "retryable": retryable(refused), "status": refused.status}
+                if refused.code is not None:
+                    error["code"] = refused.code
                 yield frame(error)
-                return
-            except (OSError, sqlite3.OperationalError) as exc:
-                if not is_disk_full(exc):
-                    raise
-                log.error("shard registration failed: %s", exc)
-                yield frame({"type": "error", "message": DISK_FULL, "retryable": False})
-                return
-            except Exception:  # reported in-band once the stream has started
-                log.exception("shard registration failed")
-                yield frame({"type": "error", "message": "internal error registering the shard", "retryable": True})
                 return
             yield frame({"type": "committing", "stage": "syncing"})
             yield frame({"type": "result", "result": 1 if inserted else 0})
@@ -402,31 +381,9 @@ def create_app(config: ServerConfig) -> Starlette:
     app = CasApp(config)
     hub = HubEmulation(app)
 
-    # Starlette types every handler as taking Exception; it calls each for its own class only.
-    async def on_refused(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestRefused)
-        response = _error(exc.status, exc.message, exc.code)
-        if exc.status == 401:
-            response.headers["WWW-Authenticate"] = "Bearer"
-        return response
-
-    async def on_object_store_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, S3Error)
-        log.error("%s %s: object storage: %s", request.method, request.url.path, exc.message)
-        return _error(503, "the server's object storage is unavailable; try again later")
-
-    async def on_not_found(request: Request, exc: Exception) -> Response:
-        return _error(404, "no such route")
-
-    async def on_storage_error(request: Request, exc: Exception) -> Response:
-        if not is_disk_full(exc):
-            raise exc
-        log.error("%s %s: %s", request.method, request.url.path, exc)
-        return _error(507, DISK_FULL)
-
     starlette = Starlette(
         routes=_routes(app) + hub_routes(hub),
-        exception_handlers={RequestRefused: on_refused, S3Error: on_object_store_error, 404: on_not_found, OSError: on_storage_error, sqlite3.OperationalError: on_storage_error},
+        exception_handlers=exception_handlers(),
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect
     starlette.state.cas = app

@@ -28,7 +28,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..storage.errors import RequestRefused
+from .errors import RequestRefused, SecretError
 
 SCOPES = ("read", "write")
 KINDS = ("user", "cas")
@@ -38,10 +38,6 @@ MIN_SECRET_BYTES = 16
 
 class AuthError(RequestRefused):
     """401 (no, bad, expired or revoked credential) or 403 (valid credential, not allowed)."""
-
-
-class SecretError(Exception):
-    """The server secret is missing or unusable; the message says what to do."""
 
 
 @dataclass(frozen=True)

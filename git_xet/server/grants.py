@@ -39,7 +39,8 @@ from starlette.responses import JSONResponse, Response
 
 from ..core.checksums import crc64nvme, crc64nvme_header
 from ..core.reconstruction import MAX_FETCH_RANGE_BYTES
-from ..storage.errors import RequestRefused
+from ..storage.errors import StorageError
+from .errors import RequestRefused
 
 if TYPE_CHECKING:
     from ..storage.s3 import S3ObjectStore
@@ -143,7 +144,7 @@ class Grants:
             return
         try:
             self.app.store.put_xorb(xorb, body)
-        except RequestRefused:
+        except StorageError:
             bucket.delete(key)
             raise
         bucket.delete(key)

@@ -10,7 +10,7 @@ import asyncio
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
 
-from ..storage.errors import RequestRefused
+from .errors import RequestRefused
 
 DEFAULT_IDLE_TIMEOUT = 60.0
 

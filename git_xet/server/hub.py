@@ -34,8 +34,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core import hashes
-from ..storage.errors import RequestRefused
 from .auth import AuthError, Claims
+from .errors import RequestRefused
 from .http_io import PacedStreamingResponse
 
 LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"

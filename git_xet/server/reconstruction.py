@@ -6,10 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..core.reconstruction import Reconstruction
-
-
-class RangeNotSatisfiable(Exception):
-    """The requested range starts at or past the end of the file (HTTP 416)."""
+from .errors import RangeNotSatisfiable
 
 
 def parse_range_header(value: str | None, size: int) -> tuple[int, int]:

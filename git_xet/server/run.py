@@ -10,10 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..storage.index_base import StoreError
+from ..storage.errors import StorageError
 from ..storage.objects import DirectoryObjectStore
 from .app import ServerConfig, create_app
-from .auth import SecretError
+from .errors import SecretError
 from .http_guard import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES, guarded_protocol
 from .http_io import DEFAULT_IDLE_TIMEOUT
 
@@ -115,7 +115,7 @@ def serve(
     try:
         config = ServerConfig(data_dir, public_url, url_ttl, cas_token_ttl, upload_grants, limits.idle_timeout, index_url, secret_file, objects=objects)
         app = create_app(config)
-    except (SecretError, StoreError) as exc:
+    except (SecretError, StorageError) as exc:
         print(f"git-xet serve: {exc}", file=sys.stderr)
         return 1
     if objects:

@@ -23,14 +23,15 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CasInfo, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, decode_chunk, parse_chunk_records, verify_xorb
-from .errors import MISSING_XORB
-from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, StoreError, XorbLayout, open_index
+from .errors import Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
+from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, XorbLayout, open_index
 from .objects import DirectoryObjectStore, ObjectStore
 from .work_budget import check_reference_budget
 
@@ -69,7 +70,7 @@ class CasStore:
     @staticmethod
     def xorb_key(xorb_hex: str) -> str:
         if not hashes.is_hash_hex(xorb_hex):
-            raise StoreError(400, f"invalid xorb hash {xorb_hex[:80]!r}")
+            raise Rejected(f"invalid xorb hash {xorb_hex[:80]!r}")
         xorb_hex = xorb_hex.lower()
         return f"xorbs/{xorb_hex[:2]}/{xorb_hex}"
 
@@ -93,13 +94,25 @@ class CasStore:
         try:
             verified = verify_xorb(body, expected)
         except FormatError as exc:
-            raise StoreError(400, f"rejected xorb {xorb_hex}: {exc}") from None
-        created = self.objects.put_new(key, verified.body, verified.footer().serialize())
-        if created:
-            self._index_xorb(xorb_hex, verified)
-        else:
-            self._index_stored_xorb(xorb_hex, verified)
+            raise Rejected(f"rejected xorb {xorb_hex}: {exc}") from None
+        with self._full_disk_reported():
+            created = self.objects.put_new(key, verified.body, verified.footer().serialize())
+            if created:
+                self._index_xorb(xorb_hex, verified)
+            else:
+                self._index_stored_xorb(xorb_hex, verified)
         return created
+
+    @contextmanager
+    def _full_disk_reported(self) -> Iterator[None]:
+        """A write that ran out of space (objects or index) raises StorageFull, which says so,
+        instead of an OSError or a database error whose meaning depends on the backend."""
+        try:
+            yield
+        except Exception as exc:
+            if is_disk_full(exc):
+                raise StorageFull(f"no space left for the store at {self.root}: free space or grow its volume, then push again") from exc
+            raise
 
     def _index_xorb(self, xorb_hex: str, verified: VerifiedXorb) -> None:
         """Index a stored xorb's layout (first one wins: it describes the object first stored).
@@ -139,14 +152,14 @@ class CasStore:
         return self.index.xorb_layout(xorb_hex.lower())
 
     def layouts_for(self, stored: StoredFile) -> dict[str, XorbLayout]:
-        """The layout of every xorb a stored file uses; StoreError 500 if one is missing."""
+        """The layout of every xorb a stored file uses; Damaged if one is missing."""
         layouts: dict[str, XorbLayout] = {}
         for term in stored.terms:
             name = hashes.hash_to_hex(term.xorb_hash)
             if name not in layouts:
                 layout = self.xorb_layout(name)
                 if layout is None:
-                    raise StoreError(500, f"xorb {name} of file {stored.hash} is missing from the store")
+                    raise Damaged(f"xorb {name} of file {stored.hash} is missing from the store")
                 layouts[name] = layout
         return layouts
 
@@ -159,9 +172,9 @@ class CasStore:
         name = hashes.hash_to_hex(info.xorb_hash)
         layout = self.xorb_layout(name)
         if layout is None:
-            raise StoreError(400, f"shard describes xorb {name}, which was never uploaded", MISSING_XORB)
+            raise MissingXorbs(f"shard describes xorb {name}, which was never uploaded")
         if tuple(c.chunk_hash for c in info.chunks) != layout.chunk_hashes:
-            raise StoreError(400, f"shard's chunk list for xorb {name} does not match the stored xorb")
+            raise Rejected(f"shard's chunk list for xorb {name} does not match the stored xorb")
         return layout
 
     @staticmethod
@@ -169,8 +182,7 @@ class CasStore:
         """Refuse, before any per-chunk work, a shard whose files reference too many chunks."""
         referenced = sum(t.chunk_end - t.chunk_start for info in shard.files for t in info.terms)
         if referenced > MAX_SHARD_CHUNK_REFERENCES:
-            raise StoreError(
-                413,
+            raise TooMuchWork(
                 f"shard's files reference {referenced} chunks, more than the {MAX_SHARD_CHUNK_REFERENCES} one shard "
                 "may reference: split the upload into several shards",
             )
@@ -180,16 +192,16 @@ class CasStore:
         per-chunk work), so the work budget can be computed before anything is hashed."""
         name = hashes.hash_to_hex(info.file_hash)
         if info.verification is None:
-            raise StoreError(400, f"file {name} has no verification entries")
+            raise Rejected(f"file {name} has no verification entries")
         for term in info.terms:
             layout = layouts.get(term.xorb_hash)
             if layout is None:
                 layout = self.xorb_layout(hashes.hash_to_hex(term.xorb_hash))
                 if layout is None:
-                    raise StoreError(400, f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}", MISSING_XORB)
+                    raise MissingXorbs(f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}")
                 layouts[term.xorb_hash] = layout
             if not term.chunk_start < term.chunk_end <= len(layout.chunk_hashes):
-                raise StoreError(400, f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.hash}")
+                raise Rejected(f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.hash}")
 
     def _check_file(self, info, layouts: dict[bytes, XorbLayout], checked: dict[tuple[bytes, int, int], tuple[bytes, int]]) -> None:
         """Verification hashes, term lengths and the file hash against the stored xorbs.
@@ -207,13 +219,13 @@ class CasStore:
                 checked[key] = (hashes.verification_hash(term_hashes), sum(term_sizes))
             expected, length = checked[key]
             if expected != verification:
-                raise StoreError(400, f"file {name}: a verification hash does not match xorb {layout.hash}")
+                raise Rejected(f"file {name}: a verification hash does not match xorb {layout.hash}")
             if length != term.unpacked_bytes:
-                raise StoreError(400, f"file {name}: a term's length does not match xorb {layout.hash}")
+                raise Rejected(f"file {name}: a term's length does not match xorb {layout.hash}")
             all_hashes += term_hashes
             all_sizes += term_sizes
         if hashes.file_hash(all_hashes, all_sizes) != info.file_hash:
-            raise StoreError(400, f"file {name}: its hash does not match the chunks it references")
+            raise Rejected(f"file {name}: its hash does not match the chunks it references")
 
     def _sha256_of(self, stored: StoredFile, progress: Callable[[int], None] | None) -> str:
         """The sha256 of a registered-to-be file, computed from the stored chunks."""
@@ -252,7 +264,7 @@ class CasStore:
         try:
             shard = parse_shard(body)
         except FormatError as exc:
-            raise StoreError(400, f"invalid shard: {exc}") from None
+            raise Rejected(f"invalid shard: {exc}") from None
         self._check_work_bound(shard)
         shard_id = hashes.hash_to_hex(hashes.keyed_hash(bytes(32), body))
         layouts: dict[bytes, XorbLayout] = {}
@@ -274,7 +286,7 @@ class CasStore:
             known = self._verified_sha256(name)
             if known is not None:
                 if claim is not None and claim != known:
-                    raise StoreError(400, f"file {name}: its sha256 metadata {claim} does not match its content (sha256 {known})")
+                    raise Rejected(f"file {name}: its sha256 metadata {claim} does not match its content (sha256 {known})")
                 oids[name] = known
             elif claim is not None and verify_sha256:
                 to_verify.append((StoredFile(name, info.size, None, info.terms), claim))
@@ -292,15 +304,16 @@ class CasStore:
         for stored, claim in to_verify:
             actual = self._sha256_of(stored, advance)
             if actual != claim:
-                raise StoreError(400, f"file {stored.hash}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
+                raise Rejected(f"file {stored.hash}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
             oids[stored.hash] = computed[stored.hash] = actual
 
-        self.objects.put(f"shards/{shard_id}.mdb", body)
         files = []
         for info in shard.files:
             name = hashes.hash_to_hex(info.file_hash)
             files.append(FileRegistration(name, info.size, info.terms, computed.get(name), oids.get(name)))
-        return self.index.register_shard(ShardRegistration(shard_id, len(body), repo, tuple(files), self._dedup_entries(shard, layouts)))
+        with self._full_disk_reported():
+            self.objects.put(f"shards/{shard_id}.mdb", body)
+            return self.index.register_shard(ShardRegistration(shard_id, len(body), repo, tuple(files), self._dedup_entries(shard, layouts)))
 
     @staticmethod
     def _dedup_entries(shard: Shard, layouts: dict[bytes, XorbLayout]) -> tuple[tuple[bytes, str], ...]:
@@ -325,7 +338,7 @@ class CasStore:
 
     def get_file(self, file_hex: str) -> StoredFile | None:
         if not hashes.is_hash_hex(file_hex):
-            raise StoreError(400, f"invalid file hash {file_hex[:80]!r}")
+            raise Rejected(f"invalid file hash {file_hex[:80]!r}")
         return self.index.get_file(file_hex.lower())
 
     def iter_file_bytes(self, stored: StoredFile) -> Iterator[bytes | memoryview]:
@@ -334,16 +347,16 @@ class CasStore:
             xorb_hex = hashes.hash_to_hex(term.xorb_hash)
             layout = self.xorb_layout(xorb_hex)
             if layout is None:
-                raise StoreError(500, f"xorb {xorb_hex} of file {stored.hash} is missing")
+                raise Damaged(f"xorb {xorb_hex} of file {stored.hash} is missing")
             start, end = layout.byte_range(term.chunk_start, term.chunk_end)
             data = self.read_xorb_range(xorb_hex, start, end)
             records, _ = parse_chunk_records(data)
             if len(records) != term.chunk_end - term.chunk_start:
-                raise StoreError(500, f"xorb {xorb_hex} is damaged on disk")
+                raise Damaged(f"xorb {xorb_hex} is damaged on disk")
             for index, record in zip(range(term.chunk_start, term.chunk_end), records):
                 chunk = decode_chunk(data, record)
                 if hashes.chunk_hash(chunk) != layout.chunk_hashes[index]:
-                    raise StoreError(500, f"xorb {xorb_hex} is damaged on disk")
+                    raise Damaged(f"xorb {xorb_hex} is damaged on disk")
                 yield chunk
 
     def file_by_sha256(self, oid: str, repo: str = DEFAULT_REPO) -> StoredFile | None:

@@ -1,16 +1,76 @@
-"""The one exception type the storage and server layers raise to refuse a request."""
+"""The storage layer's errors: what went wrong, in storage terms.
 
-# Stable, machine-readable reasons sent beside the human message (`code` in an error answer
-# or shard frame). Clients act on the code; the message may change.
-MISSING_XORB = "missing_xorb"  # a shard references a xorb the store does not hold
+Nothing here knows HTTP. The layers above translate these at their boundary: the server maps
+each class to a status and a stable `code` in one table (server/errors.py), and the in-process
+backends turn them into the client errors the HTTP backend raises for the same case
+(client/local_backend.py).
+
+    StorageError            base (a XetError)
+      Rejected              an uploaded object or a query is invalid or inconsistent
+        MissingXorbs        it references xorbs the store does not hold
+        TooMuchWork         validating it would cost more than it may
+      Conflict              it contradicts what happened meanwhile (gc collected a xorb it uses)
+      Damaged               stored data is missing or no longer verifies
+      Unavailable           a part of the store cannot be reached now: try again later
+      StorageFull           no space left where the store writes
+      Misconfigured         the store cannot be opened as configured (version, index URL, extras)
+"""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+
+from ..core.errors import XetError
 
 
-class RequestRefused(Exception):
-    """Refuse the current request with an HTTP status and a message the client can act on
-    (plus, where a client is expected to react, a stable `code`)."""
+class StorageError(XetError):
+    """The store refuses or fails an operation; `message` says what happened and what to do."""
 
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.status = status
         self.message = message
-        self.code = code
+
+
+class Rejected(StorageError, ValueError):
+    """An uploaded object or a query is invalid or inconsistent: sending it again cannot help."""
+
+
+class MissingXorbs(Rejected):
+    """A shard references xorbs the store does not hold (a client that deduplicated against a
+    cache of what the store once held uploads them again)."""
+
+
+class TooMuchWork(Rejected):
+    """Validating the upload would cost far more than its size justifies: split it."""
+
+
+class Conflict(StorageError):
+    """The upload contradicts what happened to the store meanwhile (a xorb it uses was
+    collected as unused before it arrived): upload it again."""
+
+
+class Damaged(StorageError):
+    """Data the index promises is missing or no longer verifies: the operator must repair the store."""
+
+
+class Unavailable(StorageError):
+    """A part of the store (index database, object storage) cannot be reached now: retry later."""
+
+
+class StorageFull(StorageError):
+    """No space (or quota) left where the store writes."""
+
+
+class Misconfigured(StorageError):
+    """The store cannot be opened as configured (a newer format, an unknown index, a missing extra)."""
+
+
+_SQLITE_FULL = 13  # sqlite3.SQLITE_FULL, which Python 3.10 does not define
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """No space (or quota) left: for files, and for SQLite's index."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from ..core.hashes import hash_to_hex
 from ..core.shard import FileTerm
-from .errors import RequestRefused
+from .errors import Misconfigured
 
 DEFAULT_REPO = "default"
 # Tables every index holds (stats() counts each), in the order they are described above.
@@ -46,17 +46,6 @@ COLUMNS = {
 }
 
 _TERM = struct.Struct("<32sIIII")
-
-
-class StoreError(RequestRefused):
-    """The store refuses an object or query (invalid, inconsistent, or references missing data)."""
-
-
-class IndexUnavailable(StoreError):
-    """The index database cannot be reached right now (restarting, network): retry later."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(503, message)
 
 
 @dataclass(frozen=True)
@@ -133,7 +122,7 @@ class MetadataIndex(Protocol):
 
     def register_shard(self, shard: ShardRegistration) -> bool:
         """Record a shard, all or nothing. False (and nothing new for the repo) when the repo
-        has registered this shard before. StoreError 400 if a xorb its files use is no longer
+        has registered this shard before. Conflict if a xorb its files use is no longer
         indexed (collected by gc since CasStore checked it)."""
 
     def unreferenced_xorbs(self) -> Iterator[str]:
@@ -238,6 +227,6 @@ def open_index(url: str | None, data_dir: Path) -> MetadataIndex:
         try:
             from .index_postgres import PostgresIndex
         except ImportError as exc:
-            raise StoreError(500, f"a PostgreSQL index needs psycopg ({exc.name}); install with: pip install 'git-xet[postgres]'") from None
+            raise Misconfigured(f"a PostgreSQL index needs psycopg ({exc.name}); install with: pip install 'git-xet[postgres]'") from None
         return PostgresIndex(url)
-    raise StoreError(500, f"unknown index {url.split(':', 1)[0]!r}: use postgresql://USER@HOST/DB (or leave --index out for SQLite in --data)")
+    raise Misconfigured(f"unknown index {url.split(':', 1)[0]!r}: use postgresql://USER@HOST/DB (or leave --index out for SQLite in --data)")

@@ -21,20 +21,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from .index_base import (
-    COLUMNS,
-    TABLES,
-    IndexUnavailable,
-    ShardRegistration,
-    StoredFile,
-    StoreError,
-    XorbLayout,
-    layout_from_row,
-    layout_row,
-    pack_terms,
-    unpack_terms,
-    xorbs_of,
-)
+from .errors import Conflict, Misconfigured, Unavailable
+from .index_base import COLUMNS, TABLES, ShardRegistration, StoredFile, XorbLayout, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 log = logging.getLogger("git_xet.storage")
 T = TypeVar("T")
@@ -137,7 +125,7 @@ class PostgresIndex:
 
     def _run(self, work: Callable[[psycopg.Connection], T]) -> T:
         """Run `work` (one transaction at most) until it succeeds, retrying what the database
-        says to retry and broken connections, for up to retry_seconds; then IndexUnavailable."""
+        says to retry and broken connections, for up to retry_seconds; then Unavailable."""
         deadline = time.monotonic() + self.retry_seconds
         delay = 0.05
         while True:
@@ -148,7 +136,7 @@ class PostgresIndex:
                     self._drop_connection()
                 if time.monotonic() >= deadline:
                     log.error("PostgreSQL index unavailable: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-                    raise IndexUnavailable("the server's index database is unavailable; retry shortly") from None
+                    raise Unavailable("the server's index database is unavailable; retry shortly") from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -159,7 +147,7 @@ class PostgresIndex:
             row = conn.execute("SELECT version FROM schema_version").fetchone()
             version = 0 if row is None else row[0]
             if version > SCHEMA_VERSION:
-                raise StoreError(500, f"the index database was written by a newer git-xet (schema version {version}); upgrade git-xet")
+                raise Misconfigured(f"the index database was written by a newer git-xet (schema version {version}); upgrade git-xet")
             for step in (step for steps in MIGRATIONS[version:] for step in steps):
                 if callable(step):
                     step(conn)
@@ -284,7 +272,7 @@ class PostgresIndex:
                 present = conn.execute("SELECT hash FROM xorbs WHERE hash = ANY(%s) ORDER BY hash FOR SHARE", (used,)).fetchall()
                 if len(present) != len(used):
                     gone = sorted(set(used) - {r[0] for r in present})[0]
-                    raise StoreError(400, f"xorb {gone} was collected as unused before this shard arrived; upload it again")
+                    raise Conflict(f"xorb {gone} was collected as unused before this shard arrived; upload it again")
                 with conn.cursor() as cur:
                     cur.executemany("INSERT INTO xorb_refs VALUES (%s, %s) ON CONFLICT DO NOTHING", ref_rows)
                     cur.executemany(

@@ -18,20 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .index_base import (
-    COLUMNS,
-    DEFAULT_REPO,
-    TABLES,
-    ShardRegistration,
-    StoredFile,
-    StoreError,
-    XorbLayout,
-    layout_from_row,
-    layout_row,
-    pack_terms,
-    unpack_terms,
-    xorbs_of,
-)
+from .errors import Conflict, Misconfigured
+from .index_base import COLUMNS, DEFAULT_REPO, TABLES, ShardRegistration, StoredFile, XorbLayout, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS xorbs (
@@ -116,7 +104,7 @@ class SqliteIndex:
         conn = self._connection()
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise StoreError(500, f"{self.path} was written by a newer git-xet (index version {version}); upgrade git-xet")
+            raise Misconfigured(f"{self.path} was written by a newer git-xet (index version {version}); upgrade git-xet")
         had_files = conn.execute("SELECT name FROM sqlite_master WHERE name = 'files'").fetchone() is not None
         conn.executescript(_SCHEMA)  # idempotent; executescript commits itself
         if version < SCHEMA_VERSION:
@@ -232,7 +220,7 @@ class SqliteIndex:
             used = sorted({x for f in shard.files for x in xorbs_of(f.terms)})
             for xorb_hex in used:  # gc may have collected one since CasStore checked (we hold the write lock now)
                 if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone() is None:
-                    raise StoreError(400, f"xorb {xorb_hex} was collected as unused before this shard arrived; upload it again")
+                    raise Conflict(f"xorb {xorb_hex} was collected as unused before this shard arrived; upload it again")
             for f in shard.files:
                 db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, f.hash) for x in xorbs_of(f.terms)])
                 db.execute("INSERT OR IGNORE INTO files VALUES (?, ?, ?, ?)", (f.hash, f.size, f.computed_sha256, pack_terms(f.terms)))

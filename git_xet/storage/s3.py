@@ -24,17 +24,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.checksums import crc64nvme, crc64nvme_header, crc64nvme_reference
+from .errors import Unavailable
 
 CONFLICT_RETRIES = 5  # 409 ConditionalRequestConflict: another conditional write on the key is in flight
 
 
-class S3Error(Exception):
-    """An S3 request failed in a way the caller should report; the message says what to do."""
+class S3Error(Unavailable):
+    """An S3 request failed in a way the caller should report; the message says what to do.
+    `transient`: the service failed or could not be asked (no answer, or a 5xx), so a later
+    attempt may succeed; `code` is S3's own error code, when it sent one."""
 
     def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
-        self.status = status
+        self.transient = status is None or status >= 500
         self.code = code
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..core.shard import FileTerm
-from .errors import RequestRefused
+from .errors import Rejected
 
 # Repeated references allowed per byte of shard: chunks (a term of 1-byte chunks costs per chunk)
 # and uncompressed bytes (what hashing the sha256 of a repeated range costs).
@@ -27,8 +27,9 @@ REPEATED_CHUNKS_FLOOR = 65536
 REPEATED_BYTES_FLOOR = 1 << 30
 
 
-class WorkBudgetExceeded(RequestRefused):
-    """The shard asks for far more validation work than its size can justify (HTTP 400)."""
+class WorkBudgetExceeded(Rejected):
+    """The shard asks for far more repeated validation work than its size can justify (a hostile
+    shard, not a big upload: unlike TooMuchWork, splitting it would not help)."""
 
 
 def _merged_length(ranges: list[tuple[int, int]], prefix: Sequence[int]) -> tuple[int, int]:
@@ -76,7 +77,6 @@ def check_reference_budget(shard_size: int, terms: Iterable[FileTerm], chunk_siz
     byte_limit = max(REPEATED_BYTES_FLOOR, shard_size * REPEATED_BYTES_PER_SHARD_BYTE)
     if repeated_chunks > chunk_limit or repeated_bytes > byte_limit:
         raise WorkBudgetExceeded(
-            400,
             f"shard of {shard_size} bytes references {repeated_chunks} chunks ({repeated_bytes} bytes) more than once; "
             f"at most {chunk_limit} chunks and {byte_limit} bytes of repeated references are accepted per shard of this size",
         )
