@@ -9,11 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from git_xet.agent import protocol
 from git_xet.client.location import create_local_store
 from tests.datagen import random_bytes
 
 
-def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = None) -> tuple[list[dict], str, float]:
+def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = None, *, returncode: int = 0) -> tuple[list[dict], str, float]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_XET_CACHE": str(tmp_path / "cache"), "GIT_CONFIG_NOSYSTEM": "1"}
     env.update(env_extra or {})
     start = time.monotonic()
@@ -28,7 +32,7 @@ def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = 
         check=False,  # the return code is asserted below, with stderr
     )
     elapsed = time.monotonic() - start
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == returncode, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr, elapsed
 
 
@@ -122,12 +126,47 @@ def test_init_is_answered_quickly_and_eof_exits(tmp_path: Path) -> None:
     assert elapsed < 10  # generous: a timing bound here only guards against pathological start-up
 
 
+# ---------------------------------------------------------------- a refused init is answered
+
+_LINE_TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40)
+
+
+def _not_an_init(line: str) -> bool:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return bool(line.strip())
+    return not isinstance(msg, dict) or msg.get("event") not in ("init", "terminate")
+
+
+# What git-lfs could never send first, but a broken or hostile caller might: each case with a
+# phrase its error must contain, derived from the input rather than from our message table.
+_refused_inits = st.one_of(
+    st.one_of(_LINE_TEXT, st.integers(), st.none(), st.booleans()).filter(lambda op: op not in ("upload", "download")).map(
+        lambda op: (json.dumps({"event": "init", "operation": op, "remote": "origin", "concurrenttransfers": 8}), f"unknown operation {op!r}")
+    ),
+    _LINE_TEXT.filter(_not_an_init).map(lambda line: (line, "git-xet: ")),
+    st.sampled_from(["upload", "download"]).map(
+        lambda event: (json.dumps({"event": event, "oid": "ab" * 32, "size": 1, "path": "x", "action": None}), "first request must be init")
+    ),
+)
+
+
+@settings(max_examples=12, deadline=None)
+@given(case=_refused_inits)
+def test_a_refused_init_gets_an_error_answer_and_the_agent_exits(tmp_path_factory, case: tuple[str, str]) -> None:
+    """git-lfs waits for the answer to init: a refused one is answered with the protocol's
+    error object (and nothing else, even for requests that follow), and the agent exits."""
+    first, phrase = case
+    out, _, _ = _agent(tmp_path_factory.mktemp("agent"), [first, INIT], returncode=1)
+    assert len(out) == 1 and set(out[0]) == {"error"}, out
+    assert out[0]["error"]["code"] == protocol.ERR_BAD_REQUEST
+    message = out[0]["error"]["message"]
+    assert message.startswith("git-xet: ") and phrase in message, message
+
+
 # ---------------------------------------------------------------- the init fast path's parser
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from git_xet.agent import protocol  # noqa: E402
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20), st.floats(allow_nan=False))
 _flat_objects = st.dictionaries(st.text(max_size=12), _scalars, max_size=6)

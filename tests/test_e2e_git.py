@@ -68,6 +68,21 @@ def test_agent_errors_are_readable_in_git_output(tmp_path: Path) -> None:
     assert "git xet install --standalone" in push.stderr
 
 
+def test_a_store_that_is_gone_is_named_in_git_output(tmp_path: Path) -> None:
+    """A configured store whose directory went away (unmounted drive, renamed): the push fails
+    with the agent's message, which names the store and the fix, and nothing is created."""
+    g = make_git_env(tmp_path)
+    store = tmp_path / "xet-store"
+    g.git_xet("install", "--standalone", str(store))
+    store.rename(tmp_path / "elsewhere")
+    work = g.lfs_work_tree({"a.bin": random_bytes(5000, 7)})
+    push = g.git("push", "origin", "main", cwd=work, check=False)
+    assert push.returncode != 0
+    assert f"the XET store {store} does not exist" in push.stderr
+    assert f"git xet install --standalone {store}" in push.stderr
+    assert not store.exists()
+
+
 @pytest.mark.parametrize("scope", ["--global", "--local"])
 def test_install_is_idempotent_and_uninstall_cleans_up(tmp_path: Path, scope: str) -> None:
     g = make_git_env(tmp_path)

@@ -61,6 +61,7 @@ def run(stdin=None) -> int:
     stdin = stdin or sys.stdin
     session = None
     remote = None
+    initialized = False
     log = None  # logging (~10 ms of imports) is set up after the `init` answer
     for raw in stdin:
         line = raw.strip()
@@ -68,15 +69,23 @@ def run(stdin=None) -> int:
             continue
         try:
             req = protocol.parse_request(line)
+            if not initialized and not isinstance(req, (protocol.Init, protocol.Terminate)):
+                raise protocol.ProtocolError("the first request must be init")
         except protocol.ProtocolError as exc:
             log = log or _setup_logging()
             log.warning("bad request: %s", exc)
+            if not initialized:
+                # git-lfs waits for the answer to init before anything else: refuse it (git-lfs
+                # shows the message and stops this agent) rather than leave it waiting.
+                out.send(protocol.init_error(f"git-xet: {exc}"))
+                return 1
             if exc.oid:
                 out.send(protocol.complete_error(exc.oid, f"git-xet: {exc}", protocol.ERR_BAD_REQUEST))
             continue
         if isinstance(req, protocol.Init):
             out.send(protocol.init_ok())
             remote = req.remote
+            initialized = True
             continue
         if isinstance(req, protocol.Terminate):
             break
