@@ -1,3 +1,77 @@
-"""git-xet: the XET content-addressable storage protocol as a Git LFS custom transfer agent."""
+"""git-xet: the XET content-addressable storage protocol as a Git LFS custom transfer agent,
+and a small Python API over the same stores:
+
+    import git_xet
+
+    with git_xet.open_store("/shared/xet-store") as store:   # or https://..., s3://BUCKET/PREFIX
+        [up] = store.upload(["model.safetensors"])            # file_hash, sha256, size, new_bytes
+        store.download(up.file_hash, "copy.safetensors", sha256=up.sha256)
+    git_xet.hash_file("model.safetensors")                   # the same hashes, nothing uploaded
+
+Every error raised is a `git_xet.XetError`; a store that refuses or fails an operation raises a
+`git_xet.TransferError` subclass (NotFoundError, RejectedError, ...), whichever kind of store.
+
+Importing this package is cheap: the names below are imported on first use (module
+`__getattr__`), so `import git_xet` loads neither httpx, the hashing code nor the server, and
+the transfer agent that git-lfs starts eight times per command pays nothing for this API.
+"""
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it (imported on first access).
+_LAZY = {
+    "open_store": "._api",
+    "Store": "._api",
+    "hash_file": "._api",
+    "HashedFile": "._api",
+    "UploadedFile": ".pipelines.upload",
+    "DownloadResult": ".pipelines.download",
+    "LocationError": ".client.location",
+    "XetError": ".core.errors",
+    "TransferError": ".client.errors",
+    "NotFoundError": ".client.errors",
+    "RangeNotSatisfiableError": ".client.errors",
+    "RejectedError": ".client.errors",
+    "MissingXorbsError": ".client.errors",
+    "ConflictError": ".client.errors",
+    "StoreDamagedError": ".client.errors",
+    "StoreUnavailableError": ".client.errors",
+    "StoreFullError": ".client.errors",
+    "IntegrityError": ".pipelines.download",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms, and the agent imports this package
+if TYPE_CHECKING:
+    from ._api import HashedFile, Store, hash_file, open_store
+    from .client.errors import (
+        ConflictError,
+        MissingXorbsError,
+        NotFoundError,
+        RangeNotSatisfiableError,
+        RejectedError,
+        StoreDamagedError,
+        StoreFullError,
+        StoreUnavailableError,
+        TransferError,
+    )
+    from .client.location import LocationError
+    from .core.errors import XetError
+    from .pipelines.download import DownloadResult, IntegrityError
+    from .pipelines.upload import UploadedFile
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'git_xet' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -8,7 +8,6 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings

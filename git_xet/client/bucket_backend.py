@@ -108,6 +108,10 @@ class BucketBackend:
     def cache_key(self) -> str:
         return f"s3:{self.objects.client.meta.endpoint_url}/{self.objects.location}"
 
+    def close(self) -> None:
+        """Close the S3 client's connection pool."""
+        self.objects.client.close()
+
     def check(self) -> None:
         """The bucket is reachable and is a store (once per backend)."""
         if not self._checked:

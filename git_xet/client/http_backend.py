@@ -189,8 +189,14 @@ class HttpCasBackend:
         self.tokens = tokens or StaticToken(None)
         self.session_id = session_id or str(uuid.uuid4())
         self.policy = policy or RetryPolicy.from_env()
+        self._owns_http = http is None  # a client passed in is its owner's to close
         self.http = http or make_http_client()
         self._grants_offered = True  # until the server answers a grant request with 404
+
+    def close(self) -> None:
+        """Close the connection pool, unless it was passed in (then its owner closes it)."""
+        if self._owns_http:
+            self.http.close()
 
     @property
     def cache_key(self) -> str:

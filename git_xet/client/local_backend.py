@@ -26,6 +26,10 @@ class LocalStoreBackend:
     def cache_key(self) -> str:
         return f"local:{self.root}"
 
+    def close(self) -> None:
+        """Close the store's index (its database connections)."""
+        self.store.close()
+
     def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         try:
             return self.store.put_xorb(xorb_hex, body)

@@ -1,0 +1,139 @@
+"""The public Python API behind `git_xet.open_store` and `git_xet.hash_file` (see __init__.py).
+
+A thin layer over the client backends and the pipelines: the location string is parsed by
+the same parser as `git xet install --standalone` (client/location.py), uploads go through
+the same Uploader (dedup against the per-store shard cache) and downloads through the same
+verified download as the agent. Everything that holds a resource is a context manager.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from .client.backend import XetBackend
+from .client.location import LocationError, StoreLocation, create_local_store, is_local_store, parse_store_location
+from .client.shard_cache import ShardCache, default_cache_root
+from .pipelines.download import DownloadResult, download_to_path
+from .pipelines.file_hashing import hash_file as _hash_file
+from .pipelines.upload import UploadedFile, Uploader
+
+StrPath = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class HashedFile:
+    """A file's XET hash and sha256 (its Git LFS oid), both lowercase hex, and its size."""
+
+    file_hash: str
+    sha256: str
+    size: int
+
+
+def hash_file(path: StrPath) -> HashedFile:
+    """The XET file hash, sha256 and size of a file, computed locally (nothing is uploaded):
+    what an upload of it would return as `file_hash` and `sha256`."""
+    from .core.hashes import hash_to_hex
+
+    digest = _hash_file(path, with_sha256=True)
+    assert digest.sha256 is not None
+    return HashedFile(hash_to_hex(digest.file_hash), digest.sha256.hex(), digest.size)
+
+
+class Store:
+    """An open XET store. Use it as a context manager (or call close()): closing releases its
+    HTTP connections or its index.
+
+    Do not create it directly; use `git_xet.open_store`.
+    """
+
+    def __init__(self, location: StoreLocation, backend: XetBackend, close: Callable[[], None], cache_root: Path) -> None:
+        self.location = location
+        self.backend = backend  # the client backend, for the pipelines' lower-level functions
+        self._close = close
+        self._cache_root = cache_root
+
+    def __repr__(self) -> str:
+        return f"<git_xet.Store {self.location.kind} {self.location}>"  # never a token
+
+    def uploader(self, *, global_dedup: bool = True) -> Uploader:
+        """An Uploader for many files in one session (a context manager): `add_file` each,
+        then `finalize()` once, which makes them durable in the store and returns them."""
+        return Uploader(self.backend, ShardCache(self._cache_root, self.backend.cache_key), global_dedup=global_dedup)
+
+    def upload(self, paths: Iterable[StrPath]) -> list[UploadedFile]:
+        """Upload files (deduplicated against what the store holds) and make them durable: each
+        result has the file's `file_hash`, `sha256`, `size`, and how many bytes were new."""
+        with self.uploader() as up:
+            for path in paths:
+                up.add_file(path)
+            return up.finalize()
+
+    def download(self, file_hash: str, dest: StrPath, *, sha256: str | None = None) -> DownloadResult:
+        """Download a file by its XET hash to `dest`, all or nothing: the bytes are checked
+        against the file hash (and `sha256`, when given) before `dest` appears."""
+        return download_to_path(self.backend, file_hash, Path(dest), sha256=sha256)
+
+    def close(self) -> None:
+        self._close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def open_store(location: str, *, token: str | None = None, create: bool = False, cache_dir: StrPath | None = None) -> Store:
+    """Open the XET store at `location`, written as for `git xet install --standalone`:
+
+    - a directory (absolute path, `~/...` or `file:///...`): a serverless store;
+      `create=True` makes an empty directory one;
+    - `https://...` (or `http://...`): a `git xet serve`, with `token` (default: $GIT_XET_TOKEN);
+    - `s3://BUCKET[/PREFIX]`: a bucket store (credentials from the AWS environment);
+      `create=True` writes its marker.
+
+    `cache_dir`: where the shard cache that lets uploads skip what the store already holds is
+    kept (default: $GIT_XET_CACHE or the platform cache directory). Raises LocationError for a
+    location that is not one of these forms, TransferError when the store cannot be opened.
+    """
+    from .client.errors import TransferError
+
+    where = parse_store_location(location)
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_root()
+    if where.kind == "local":
+        path = Path(where.location)
+        if create:
+            create_local_store(path)
+        elif not is_local_store(path):
+            raise LocationError(f"{path} is not an XET store; pass create=True to make it one, or run `git xet install --standalone {path}`")
+        from .client.local_backend import LocalStoreBackend
+
+        local = LocalStoreBackend(path)
+        return Store(where, local, local.close, cache_root)
+    if where.kind == "http":
+        from .client.http_backend import HttpCasBackend
+        from .client.tokens import StaticToken
+
+        http = HttpCasBackend(where.location, StaticToken(token if token is not None else os.environ.get("GIT_XET_TOKEN")))
+        return Store(where, http, http.close, cache_root)
+    # where.kind == "s3"
+    from .client.bucket_backend import BucketBackend, create_bucket_store, open_bucket_objects
+    from .storage.s3 import S3Error
+
+    try:
+        objects = open_bucket_objects(where.location)
+        if create:
+            create_bucket_store(objects)
+    except S3Error as exc:
+        raise TransferError(f"cannot use the XET store {where.location}: {exc.message}") from None
+    bucket = BucketBackend(objects, cache_root=cache_root)
+    try:
+        bucket.check()
+    except BaseException:
+        bucket.close()
+        raise
+    return Store(where, bucket, bucket.close, cache_root)
