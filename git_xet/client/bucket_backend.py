@@ -124,7 +124,7 @@ class BucketBackend:
         try:
             return what(*args)
         except S3Error as exc:
-            raise from_storage_error(exc, self.objects.location) from None
+            raise from_storage_error(exc, str(self.objects.location)) from None
 
     # ------------------------------------------------------------------ uploads
 

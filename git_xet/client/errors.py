@@ -86,9 +86,8 @@ class StoreDamagedError(TransferError):
 class StoreUnavailableError(TransferError):
     """A part of the store cannot be reached right now: try again later."""
 
-    def __init__(self, message: str, **kwargs) -> None:
-        kwargs.setdefault("retryable", True)
-        super().__init__(message, **kwargs)
+    def __init__(self, message: str, *, retryable: bool = True, status: int | None = None, code: str | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, retryable=retryable, status=status, code=code, retry_after=retry_after)
 
 
 class StoreFullError(TransferError):

@@ -1,8 +1,21 @@
-"""Typed errors of the protocol core.
+"""The base of every git-xet error, and the protocol core's own errors.
+
+Every exception class in git_xet derives from XetError (tests/test_error_tree.py checks it),
+so `except git_xet.XetError` catches whatever git-xet raises on purpose. Each layer has its own
+branch, and a layer translates the errors of the one below at its boundary:
+
+    core/errors.py      FormatError: serialized data (xorb, shard, hash string) is malformed
+    storage/errors.py   StorageError: rejected, conflict, damaged, unavailable, full (no HTTP)
+    client/errors.py    TransferError: what any backend raises; the local and bucket backends
+                        translate storage errors into the class the HTTP backend raises for
+                        the same refusal
+    server/errors.py    RequestRefused, and the one table from error class to HTTP status
+    agent/, commands/   ProtocolError, ConfigError, GitError, MigrationError
 
 Parsers raise FormatError (or a subclass) for anything read off the wire that is malformed,
 truncated or inconsistent, so callers can turn it into a 4xx or a retry without catching
-broad exceptions.
+broad exceptions. Where callers rely on a builtin, a class also derives from it (FormatError
+and LocationError are ValueErrors).
 """
 
 

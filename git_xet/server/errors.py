@@ -9,6 +9,7 @@ The JSON error body (`{"error": message[, "code": code]}`) is built here too.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -107,6 +108,6 @@ async def _on_unknown_route(request: Request, exc: Exception) -> Response:
     return error_response(RequestRefused(404, "no such route"))
 
 
-def exception_handlers() -> dict:
+def exception_handlers() -> dict[int | type[Exception], Callable[[Request, Exception], Awaitable[Response]]]:
     """Starlette's exception_handlers for an app whose handlers raise our errors."""
     return {XetError: _on_error, OSError: _on_error, 404: _on_unknown_route}
