@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..core.errors import FormatError, XetError
+from ..core.errors import XetError
 from ..storage import errors as storage
 from ..storage.s3 import S3Error
 
@@ -53,7 +53,9 @@ class RangeNotSatisfiable(ServerError):
 
 # Error class -> (status, code, message to send instead of the error's own, or None to send
 # its own). Looked up along the raised class's MRO, so the most specific entry wins. Only
-# errors whose message is safe to show a client belong here; others are logged as 500s.
+# errors whose message is safe to show a client belong here; others are logged as 500s (a
+# FormatError that reaches a handler is data on disk that no longer parses, not bad input:
+# handlers turn a client's malformed input into Rejected or RequestRefused themselves).
 STATUSES: dict[type[BaseException], tuple[int, str | None, str | None]] = {
     storage.MissingXorbs: (400, MISSING_XORB, None),
     storage.TooMuchWork: (413, None, None),
@@ -64,7 +66,6 @@ STATUSES: dict[type[BaseException], tuple[int, str | None, str | None]] = {
     storage.Unavailable: (503, None, None),
     storage.StorageFull: (507, None, DISK_FULL),
     storage.Misconfigured: (500, None, None),
-    FormatError: (400, None, None),
 }
 
 
