@@ -17,6 +17,7 @@ from types import TracebackType
 from .client.backend import XetBackend
 from .client.location import LocationError, StoreLocation, create_local_store, is_local_store, parse_store_location
 from .client.shard_cache import ShardCache, default_cache_root
+from .core.hashes import hash_to_hex
 from .pipelines.download import DownloadResult, download_to_path
 from .pipelines.file_hashing import hash_file as _hash_file
 from .pipelines.upload import UploadedFile, Uploader
@@ -36,8 +37,6 @@ class HashedFile:
 def hash_file(path: StrPath) -> HashedFile:
     """The XET file hash, sha256 and size of a file, computed locally (nothing is uploaded):
     what an upload of it would return as `file_hash` and `sha256`."""
-    from .core.hashes import hash_to_hex
-
     digest = _hash_file(path, with_sha256=True)
     assert digest.sha256 is not None
     return HashedFile(hash_to_hex(digest.file_hash), digest.sha256.hex(), digest.size)
