@@ -40,7 +40,27 @@ _LAZY = {
     "IntegrityError": ".pipelines.download",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [  # the names of _LAZY (tests/test_public_api.py checks the two agree)
+    "ConflictError",
+    "DownloadResult",
+    "HashedFile",
+    "IntegrityError",
+    "LocationError",
+    "MissingXorbsError",
+    "NotFoundError",
+    "RangeNotSatisfiableError",
+    "RejectedError",
+    "Store",
+    "StoreDamagedError",
+    "StoreFullError",
+    "StoreUnavailableError",
+    "TransferError",
+    "UploadedFile",
+    "XetError",
+    "__version__",
+    "hash_file",
+    "open_store",
+]
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms, and the agent imports this package
 if TYPE_CHECKING:

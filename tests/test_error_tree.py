@@ -94,7 +94,7 @@ def _shard_of(built: xorb.VerifiedXorb, data: bytes, *, verification: bytes | No
 
 def _same_class_from_both(backends: dict[str, XetBackend], call: Callable[[XetBackend], object], expected: type[BaseException]) -> None:
     raised = {name: _raised(lambda b=backend: call(b)) for name, backend in backends.items()}
-    assert raised == {name: expected for name in backends}
+    assert raised == dict.fromkeys(backends, expected)
 
 
 @settings(max_examples=8, deadline=None)

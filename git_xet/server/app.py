@@ -251,7 +251,7 @@ class CasApp:
                         update.cancel()
             try:
                 inserted = work.result()
-            except Exception as exc:  # noqa: BLE001 - reported in-band once the stream has started
+            except Exception as exc:  # reported in-band once the stream has started
                 refused = refusal(exc)
                 if refused is None:
                     log.exception("shard registration failed")
