@@ -53,7 +53,7 @@ def test_import_is_lazy() -> None:
     assert seen["after"] is True
     import git_xet
 
-    assert set(seen["all"]) == {"__version__", *git_xet._LAZY}
+    assert set(seen["all"]) == {"__version__", "XetError", *git_xet._LAZY}
 
     for name in seen["all"]:  # every advertised name resolves
         assert getattr(git_xet, name) is not None

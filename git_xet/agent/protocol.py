@@ -7,7 +7,7 @@ integers; any malformed request gets an error answer and the agent keeps serving
 
 from __future__ import annotations
 
-from ..core.errors import XetError
+from .. import XetError  # not core.errors: one module fewer before `init` is answered
 
 # Error codes in `complete` events (git-lfs shows the message; the code is informational).
 ERR_TRANSFER = 2

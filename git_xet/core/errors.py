@@ -1,4 +1,5 @@
-"""The base of every git-xet error, and the protocol core's own errors.
+"""The protocol core's own errors, and XetError, the base of every git-xet error (defined in
+git_xet/__init__.py so that the agent imports nothing more for it; re-exported here).
 
 Every exception class in git_xet derives from XetError (tests/test_error_tree.py checks it),
 so `except git_xet.XetError` catches whatever git-xet raises on purpose. Each layer has its own
@@ -18,9 +19,7 @@ broad exceptions. Where callers rely on a builtin, a class also derives from it 
 and LocationError are ValueErrors).
 """
 
-
-class XetError(Exception):
-    """Base class of all git-xet errors."""
+from .. import XetError as XetError  # defined in the package root, for the agent's start-up (see there)
 
 
 class FormatError(XetError, ValueError):
