@@ -215,58 +215,57 @@ def test_concurrent_writers_threads_and_processes(tmp_path: Path) -> None:
 
 
 _KILLED_WRITER = """
-import os, random, signal, sys, threading, time
+import os, random, signal, sys
 from pathlib import Path
 from git_xet.client.chunk_index import ChunkIndex
 from git_xet.core.shard import CasInfo, Shard
 index = ChunkIndex(Path(sys.argv[1]), max_bytes=1 << 40)
 rng = random.Random(int(sys.argv[2]))
-kill_in, fraction = int(sys.argv[3]), float(sys.argv[4])
-shortest = float("inf")
+kill_in, kill_at_xorb = int(sys.argv[3]), int(sys.argv[4])
+xorbs_inserted = 0
+def kill_inside_the_transaction(statement):
+    global xorbs_inserted
+    xorbs_inserted += statement.startswith("INSERT INTO xorbs")
+    if xorbs_inserted == kill_at_xorb:
+        os.kill(os.getpid(), signal.SIGKILL)
 for batch in range(kill_in + 1):
     shard = Shard(cas=tuple(CasInfo.from_chunks(rng.randbytes(32), [rng.randbytes(32) for _ in range(256)], [65536] * 256) for _ in range(64)))
-    if batch == kill_in:  # SIGKILL from a timer, part-way through this transaction
-        threading.Timer(fraction * shortest, os.kill, (os.getpid(), signal.SIGKILL)).start()
-    start = time.perf_counter()
+    if batch == kill_in:  # SIGKILL as this transaction starts its kill_at_xorb-th xorb row
+        index._connection().set_trace_callback(kill_inside_the_transaction)
     index.add(shard)
-    shortest = min(shortest, time.perf_counter() - start)
     print(f"committed {batch}", flush=True)
-time.sleep(60)
 """
 
 
 def test_a_writer_killed_mid_transaction_leaves_a_usable_index(tmp_path: Path) -> None:
-    """kill -9 part-way through a 64-xorb transaction, four times into one index: every batch
-    is there whole or not at all, the index opens, answers and takes writes."""
+    """kill -9 inside a 64-xorb transaction (at its 1st, 17th, 33rd and 64th xorb row), four
+    times into one index: the killed batch is not there at all, every earlier batch is there
+    whole, and the index opens, answers and takes writes."""
     path = tmp_path / INDEX_FILE
-    lost = 0
-    for attempt in range(4):
+    for attempt, kill_at_xorb in enumerate((1, 17, 33, 64)):
         seed, kill_in = 300 + attempt, 2 + attempt
         proc = subprocess.run(
-            [sys.executable, "-c", _KILLED_WRITER, str(path), str(seed), str(kill_in), str(0.1 + 0.15 * attempt)],
+            [sys.executable, "-c", _KILLED_WRITER, str(path), str(seed), str(kill_in), str(kill_at_xorb)],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         committed = [int(line.split()[1]) for line in proc.stdout.splitlines()]
-        assert committed[: kill_in] == list(range(kill_in))
+        assert committed == list(range(kill_in))
 
         index = ChunkIndex(path, max_bytes=BIG)
         rng = random.Random(seed)
         for batch in range(kill_in + 1):
             infos = [CasInfo.from_chunks(rng.randbytes(32), [rng.randbytes(32) for _ in range(256)], [65536] * 256) for _ in range(64)]
             present = [index.probe(info.chunks[0].chunk_hash) is not None for info in infos]
-            assert all(present) or not any(present), (batch, sum(present))
-            assert all(present) == (batch < kill_in or kill_in in committed)
-            if all(present):
+            assert present == [batch < kill_in] * len(infos), (batch, sum(present))
+            if batch < kill_in:
                 for info in infos[::16]:
                     _assert_indexed(index, info)
-        lost += kill_in not in committed
         assert index.usage()[1] == index._connection().execute("SELECT sum(bytes) FROM xorbs").fetchone()[0]
         extra = _xorb(random.Random(seed + 1000))
         index.add(Shard(cas=(extra,)))  # and it takes writes again
         _assert_indexed(index, extra)
         index.close()
-    assert lost >= 3  # the kills did land inside transactions (each rolled back whole)
 
 
 # ---------------------------------------------------------------- dedup across the whole history
