@@ -6,6 +6,10 @@ git-lfs on the same machine, over the same loopback, in the same run.
 
 Every repository path shares one object store under DATA_DIR/objects. Each request's body
 size is appended to DATA_DIR/requests.jsonl so the benchmark can count bytes sent.
+
+An upload is answered only once it is durable (the object file fsynced, renamed into place,
+the directory fsynced), as a real LFS server's would be and as git-xet's stores are: a
+baseline that acknowledges bytes still in the page cache would flatter git-lfs.
 """
 
 from __future__ import annotations
@@ -87,11 +91,19 @@ def make_handler(root: Path) -> type[BaseHTTPRequestHandler]:
                         break
                     out.write(block)
                     left -= len(block)
+                if not left:
+                    out.flush()
+                    os.fsync(out.fileno())
             if left:
                 tmp.unlink()
                 self.close_connection = True
                 return
             os.replace(tmp, objects / oid)
+            directory = os.open(objects, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
