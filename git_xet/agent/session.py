@@ -1,4 +1,8 @@
-"""What one agent process does with each object. Imported lazily, after `init` is answered."""
+"""What one agent process does with each object. Imported lazily, after `init` is answered.
+
+The HTTP stack (httpx, ~50 ms of imports) is imported only by agents that talk HTTP, and the
+local store's (SQLite, the server's storage code) only by agents that use one: git-lfs starts
+eight agents per push, on every push."""
 
 from __future__ import annotations
 
@@ -8,17 +12,12 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-import httpx
 
 from ..client.backend import XetBackend
 from ..client.errors import NotFoundError, TransferError
-from ..client.http_backend import HttpCasBackend, make_http_client, status_error
-from ..client.local_backend import LocalStoreBackend
-from ..client.retry import RetryPolicy, with_retries
 from ..client.shard_cache import ShardCache, default_cache_root
-from ..client.tokens import RefreshingToken, StaticToken, TokenSource
 from ..core.hashes import is_hash_hex
 from ..pipelines.download import download_to_path
 from ..pipelines.upload import Uploader
@@ -28,9 +27,19 @@ from .protocol import Transfer
 from .summary import PushSummary
 from .terminal import tell
 
+if TYPE_CHECKING:
+    import httpx
+
+    from ..client.tokens import TokenSource
+
 log = logging.getLogger("git_xet.agent")
 
 ATTEMPTS = 3  # git-lfs never retries an agent error, so we do
+# Uploads to a standalone server smaller than this do not ask it first whether it has the
+# object: the question is a round trip (of three per small file), and a "yes" saves little.
+# A file this machine pushed before dedups against the shard cache (no xorb is sent), and a
+# xorb the server holds is answered without a write.
+ASK_BEFORE_UPLOAD_FROM = 1 << 20
 
 
 def _existing_store(path: Path) -> Path:
@@ -83,24 +92,34 @@ class AgentSession:
 
     def _http_client(self) -> httpx.Client:
         if self._http is None:
+            from ..client.http_backend import make_http_client
+
             self._http = make_http_client()
         return self._http
 
     # ------------------------------------------------------------------ backends
 
-    def _standalone(self, size: int) -> tuple[XetBackend, Callable[[str], str | None]]:
+    def _standalone(self, req: Transfer) -> tuple[XetBackend, Callable[[str], str | None]]:
         target = standalone_target()
         key = f"{target.kind}:{target.location}"
         backend = self._backends.get(key)
         if backend is None:
             if target.kind == "local":
+                from ..client.local_backend import LocalStoreBackend
+
                 backend = LocalStoreBackend(_existing_store(Path(target.location)))
             elif target.kind == "s3":
                 backend = _bucket_backend(target.location)
             else:
+                from ..client.http_backend import HttpCasBackend
+                from ..client.tokens import StaticToken
+
                 backend = HttpCasBackend(target.location, StaticToken(target.token), http=self._http_client())
             self._backends[key] = backend
-        if isinstance(backend, LocalStoreBackend):
+        if target.kind == "local":
+            from ..client.local_backend import LocalStoreBackend
+
+            assert isinstance(backend, LocalStoreBackend)
             store = backend.store
 
             def lookup(oid: str) -> str | None:
@@ -109,7 +128,13 @@ class AgentSession:
 
         elif target.kind == "s3":
             lookup = backend.file_for_sha256  # type: ignore[attr-defined]
+        elif req.operation == "upload" and req.size < ASK_BEFORE_UPLOAD_FROM:
+
+            def lookup(oid: str) -> str | None:
+                return None
+
         else:
+            size = req.size
 
             def lookup(oid: str) -> str | None:
                 return self._batch_lookup(target.location, target.token, oid, size)
@@ -119,6 +144,8 @@ class AgentSession:
     def _lfs_batch(self, endpoint: str, operation: str, transfers: list[str], oid: str, size: int, headers: dict[str, str]) -> tuple[str | None, dict]:
         """One-object LFS batch call: (the transfer the server chose, the object's entry, which
         may carry a per-object `error` for the caller to judge)."""
+        from ..client.http_backend import status_error
+        from ..client.retry import RetryPolicy, with_retries
 
         def attempt() -> httpx.Response:
             resp = self._http_client().post(
@@ -154,6 +181,9 @@ class AgentSession:
         key = f"cas:{cas}"
         backend = self._backends.get(key)
         if backend is None:
+            from ..client.http_backend import HttpCasBackend
+            from ..client.tokens import RefreshingToken, StaticToken
+
             initial = None
             if headers.get("x-xet-access-token"):
                 initial = (headers["x-xet-access-token"], float(headers.get("x-xet-token-expiration") or 0))
@@ -210,6 +240,9 @@ class AgentSession:
         file_hex = urlsplit(action["href"]).path.rstrip("/").rsplit("/", 1)[-1]
         if not is_hash_hex(file_hex):
             raise TransferError("this LFS server does not serve XET downloads (no XET hash in its download URL)")
+        from ..client.http_backend import HttpCasBackend
+        from ..client.tokens import RefreshingToken
+
         hub = hub_repo(endpoint)
         tokens = RefreshingToken(hub.token_route("read"), creds, self._http_client())
         tokens.token()  # learn the CAS URL
@@ -223,7 +256,7 @@ class AgentSession:
         answer for an upload means: already stored). None as the store: nothing to do."""
         if req.action is None:
             if configured_endpoint() is not None:
-                return self._standalone(req.size)
+                return self._standalone(req)
             return self._own_batch(req)
         backend = self._negotiated(req.action)
         header_hash = {k.lower(): v for k, v in (req.action.get("header") or {}).items()}.get("x-xet-hash")
