@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -287,3 +288,54 @@ def test_two_pushes_and_a_clone_at_once_sharing_one_cache(tmp_path: Path) -> Non
     peaks = agent_peak_rss(rss_file)
     assert len(peaks) >= 24  # 8 agents for each of the three commands, at least
     assert max(peaks) < 300, f"an agent peaked at {max(peaks):.0f} MiB"
+
+
+def _completed_oids(trace: str) -> set[str]:
+    """Oids an agent answered `complete` (without an error) for, from git-lfs's transfer trace."""
+    done = set()
+    for line in trace.splitlines():
+        if "received response:" in line and '"complete"' in line:
+            answer = json.loads(line[line.index("{") :])
+            if "error" not in answer:
+                done.add(answer["oid"])
+    return done
+
+
+def test_kill_9_server_mid_push_of_small_files_keeps_every_object_git_lfs_saw_complete(tmp_path: Path) -> None:
+    """Each object is durable on the server (object files, index commit) before its agent says
+    `complete`: kill -9 the server while agents are pushing many small files (no proxy, no hold:
+    the real request path), restart it, and every object git-lfs saw completed is there, whole."""
+    g = make_git_env(tmp_path)
+    g.env.update(GIT_XET_RETRY_MAX_ATTEMPTS="2", GIT_XET_RETRY_BASE_DELAY="0.02", GIT_TRANSFER_TRACE="1")
+    files = {f"f{i:03d}.bin": random_bytes(4096 + (i * 7919) % (60 * 1024), 500 + i) for i in range(200)}
+    by_oid = {hashlib.sha256(data).hexdigest(): data for data in files.values()}
+    port = _free_port()
+    data_dir = tmp_path / "srv" / "data"
+    with running_server(data_dir, port=port) as srv:
+        g.git_xet("install", "--standalone", srv.url)
+        g.git("config", "--global", "xet.token", srv.token("write"))
+        work = _repo_with(g, "repo", files)
+        trace = tmp_path / "push.trace"
+        with open(trace, "w") as err:
+            push = subprocess.Popen(["git", "push", "origin", "main"], cwd=work, env=g.env, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + 120
+        while len(_completed_oids(trace.read_text(errors="replace"))) < 20:
+            assert push.poll() is None, "the push ended before the server could be killed"
+            assert time.monotonic() < deadline, "the push never completed 20 objects"
+            time.sleep(0.01)
+        srv.process.kill()  # SIGKILL mid-push: no drain, no cleanup
+        srv.process.wait(timeout=30)
+        assert push.wait(timeout=300) != 0
+    completed = _completed_oids(trace.read_text(errors="replace"))
+    assert 20 <= len(completed) < len(files), "the server was not killed mid-push"
+    assert completed <= by_oid.keys()
+
+    with running_server(data_dir, port=port):
+        store = CasStore(data_dir)
+        try:
+            for oid in sorted(completed):
+                stored = store.file_by_sha256(oid)
+                assert stored is not None, f"{oid[:12]} was reported complete but is not in the store after the crash"
+                assert b"".join(store.iter_file_bytes(stored)) == by_oid[oid]
+        finally:
+            store.close()
