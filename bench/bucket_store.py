@@ -30,7 +30,7 @@ from tests.seaweed import running_seaweedfs
 def _stored(objects: S3ObjectStore) -> dict[str, int]:
     """Bytes stored per top-level key prefix (xorbs, shards, files, lfs, dedup, marker)."""
     out: dict[str, int] = {}
-    for key, size in objects.list():
+    for key, size in objects.sizes():
         top = key.split("/", 1)[0]
         out[top] = out.get(top, 0) + size
     return out

@@ -316,8 +316,21 @@ def _open_store(args: argparse.Namespace, name: str):
     from .storage.errors import StorageError
     from .storage.index_base import open_index
 
+    objects = None
+    if args.objects:
+        from .storage.s3 import S3Error, open_s3_objects
+
+        try:
+            objects = open_s3_objects(args.objects)
+            objects.check()
+        except ValueError as exc:
+            print(f"git-xet {name}: --objects: {exc}", file=sys.stderr)
+            return None
+        except S3Error as exc:
+            print(f"git-xet {name}: --objects {args.objects}: {exc.message}", file=sys.stderr)
+            return None
     try:
-        return CasStore(args.data, private=True, index=open_index(args.index, args.data))
+        return CasStore(args.data, objects=objects, private=True, index=open_index(args.index, args.data))
     except StorageError as exc:
         print(f"git-xet {name}: {exc.message}", file=sys.stderr)
         return None
@@ -498,11 +511,13 @@ def build_parser() -> argparse.ArgumentParser:
     fsck_cmd = sub.add_parser("fsck", help="check a server's store: every indexed object present and valid; list orphans")
     fsck_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
     fsck_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
+    fsck_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     fsck_cmd.set_defaults(func=_cmd_fsck)
 
     gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")
     gc_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
     gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
+    gc_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
     gc_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc_cmd.set_defaults(func=_cmd_gc)

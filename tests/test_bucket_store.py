@@ -37,7 +37,7 @@ def _objects(s3: RunningS3, bucket: str, prefix: str = "team/store", **env: str)
 
 
 def _bytes_under(objects: S3ObjectStore, prefix: str) -> int:
-    return sum(size for _key, size in objects.list(prefix))
+    return sum(size for _key, size in objects.sizes(prefix))
 
 
 def _edited(data: bytes, fraction: float, seed: int) -> bytes:
@@ -60,7 +60,7 @@ def test_layout_second_machine_and_dedup_through_the_bucket(tmp_path: Path, seaw
     with Uploader(first) as up:
         v1 = up.add_bytes(data)
         up.finalize()
-    keys = dict(objects.list())
+    keys = dict(objects.sizes())
     (shard_key,) = [k for k in keys if k.startswith("shards/")]
     shard_id = shard_key.removeprefix("shards/").removesuffix(".mdb")
     shard = parse_shard(objects.read(shard_key))
@@ -134,12 +134,12 @@ def test_a_push_that_died_before_its_shard_exposes_nothing(tmp_path: Path, seawe
     assert list(objects.list("xorbs/")) and not list(objects.list("shards/"))
     assert backend.file_for_sha256(uploaded.sha256) is None
     assert not list(objects.list("files/")) and not list(objects.list("lfs/"))
-    xorbs_before = dict(objects.list("xorbs/"))
+    xorbs_before = dict(objects.sizes("xorbs/"))
     with Uploader(BucketBackend(objects)) as up:
         up.add_bytes(data)
         up.finalize()
         assert up.stats.xorb_bytes_sent == 0  # the stored xorb is found (HEAD), not sent again
-    assert dict(objects.list("xorbs/")) == xorbs_before
+    assert dict(objects.sizes("xorbs/")) == xorbs_before
 
 
 def test_a_bucket_prefix_that_is_not_a_store_is_refused(seaweed: RunningS3) -> None:

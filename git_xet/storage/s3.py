@@ -334,7 +334,13 @@ class S3ObjectStore:
         except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("delete", full, exc) from None
 
-    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+    def list(self, prefix: str = "") -> Iterator[tuple[str, float]]:
+        """(key relative to the store's prefix, last-modified Unix time) of every object under
+        `prefix`, in key order: the ObjectStore protocol, which fsck and gc's grace period read."""
+        for key, _size, modified in self.list_entries(prefix):
+            yield key, modified
+
+    def sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         """(key relative to the store's prefix, size) of every object under `prefix`, in key order."""
         for key, size, _modified in self.list_entries(prefix):
             yield key, size
