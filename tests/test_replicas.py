@@ -1,5 +1,5 @@
 """Two `git xet serve` replicas on one PostgreSQL index and one shared objects directory,
-behind nginx with a self-signed TLS certificate (so our client's TLS path runs: SSL_CERT_FILE).
+behind nginx with TLS (a certificate signed by a private CA the test makes; our client trusts it through SSL_CERT_FILE).
 
 Everything is real and started here: PostgreSQL (a private cluster), nginx, the replicas, git
 and git-lfs with our agent. Pushes go through nginx, which spreads requests over both replicas;
