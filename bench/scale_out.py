@@ -1,12 +1,16 @@
 """Scale-out: git push and clone through nginx (TLS) to `git xet serve` with its embedded
-SQLite index vs a PostgreSQL index with one and with two replicas, same files, same run.
+SQLite index vs a PostgreSQL index with one and with two replicas (objects in a shared
+directory), and vs replicas keeping their objects in an S3 bucket (SeaweedFS) with the index on
+PostgreSQL, upload grants on (xorb bytes go straight to the bucket), same files, same run.
 
-    python bench/scale_out.py [--big-mib 1024] [--small-files 1000] [--small-kib 64] [--modes sqlite,pg1,pg2] [--json OUT]
+    python bench/scale_out.py [--big-mib 1024] [--small-files 1000] [--small-kib 64]
+                              [--modes sqlite,pg1,pg2,s3pg1,s3pg2] [--json OUT]
 
 Per mode and workload (one big file; many small files) a fresh server set, a fresh HOME and
 caches: push, then clone (smudge downloads everything). Reports wall seconds, and CPU seconds
-per GiB of the server processes (replicas, and PostgreSQL's postmaster with its backends),
-read from /proc before they stop. Every process runs on loopback, started and stopped here.
+per GiB of the server processes (replicas), of PostgreSQL's postmaster with its backends and of
+SeaweedFS's `weed`, read from /proc before they stop. Every process runs on loopback, started
+and stopped here.
 """
 
 from __future__ import annotations
@@ -27,12 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import MIB, lfs_repo_with, machine, timed, write_json, write_random_file
 
+from tests.deployment import running_deployment
 from tests.gitenv import make_git_env
 from tests.nginx_process import reserve_port, running_nginx
 from tests.postgres_process import Postgres, running_postgres
+from tests.seaweed import RunningS3, running_seaweedfs
 from tests.server_process import running_server
 
-MODES = {"sqlite": 0, "pg1": 1, "pg2": 2}  # mode -> replicas on PostgreSQL (0: one server, SQLite)
+# mode -> (replicas on PostgreSQL (0: one server, SQLite), objects in an S3 bucket)
+MODES = {"sqlite": (0, False), "pg1": (1, False), "pg2": (2, False), "s3pg1": (1, True), "s3pg2": (2, True)}
 GIB = 1024 * MIB
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -59,10 +66,25 @@ def postgres_cpu(pg: Postgres) -> float:
 
 
 @contextmanager
-def deployment(mode: str, root: Path, pg: Postgres | None) -> Iterator[tuple[str, Path, str, Callable[[], dict[str, float]]]]:
-    """(https URL, cert, write token, cpu()) of a server set behind nginx; cpu() reads the
-    servers' CPU seconds so far."""
-    replicas = MODES[mode]
+def deployment(
+    mode: str, root: Path, pg: Postgres | None, s3: RunningS3 | None
+) -> Iterator[tuple[str, Path, str, Callable[[], dict[str, float]]]]:
+    """(https URL, CA cert, write token, cpu()) of a server set behind nginx; cpu() reads the
+    servers' (and their stores') CPU seconds so far."""
+    replicas, on_s3 = MODES[mode]
+    if on_s3:
+        assert pg is not None and s3 is not None
+        with running_deployment(root, s3, pg, replicas) as d:
+
+            def s3_cpu() -> dict[str, float]:
+                return {
+                    "server": sum(cpu_seconds(r.process.pid) for r in d.replicas),
+                    "postgres": postgres_cpu(pg),
+                    "s3": cpu_seconds(s3.process.pid, with_children=True),
+                }
+
+            yield d.nginx.url, d.nginx.cert, d.token("write"), s3_cpu
+        return
     port = reserve_port()
     extra = ["--public-url", f"https://localhost:{port}"]
     if replicas:
@@ -77,15 +99,16 @@ def deployment(mode: str, root: Path, pg: Postgres | None) -> Iterator[tuple[str
         def cpu() -> dict[str, float]:
             result = {"server": sum(cpu_seconds(s.process.pid) for s in servers)}
             if replicas:
+                assert pg is not None
                 result["postgres"] = postgres_cpu(pg)
             return result
 
         yield nginx.url, nginx.cert, servers[0].token("write"), cpu
 
 
-def run_once(mode: str, workload: str, sources: list[Path], root: Path, pg: Postgres | None) -> dict:
+def run_once(mode: str, workload: str, sources: list[Path], root: Path, pg: Postgres | None, s3: RunningS3 | None) -> dict:
     genv = make_git_env(root)
-    with deployment(mode, root, pg) as (url, cert, token, cpu):
+    with deployment(mode, root, pg, s3) as (url, cert, token, cpu):
         genv.env["SSL_CERT_FILE"] = str(cert)
         genv.git_xet("install", "--standalone", url)
         genv.git("config", "--global", "xet.token", token)
@@ -120,7 +143,8 @@ def main() -> int:
     summary: dict = {"machine": machine(), "big_mib": args.big_mib, "small_files": args.small_files, "small_kib": args.small_kib, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-scale-") as tmp, ExitStack() as stack:
         base = Path(tmp)
-        pg = stack.enter_context(running_postgres()) if any(MODES[m] for m in modes) else None
+        pg = stack.enter_context(running_postgres()) if any(MODES[m][0] for m in modes) else None
+        s3 = stack.enter_context(running_seaweedfs(base / "seaweedfs")) if any(MODES[m][1] for m in modes) else None
         workloads = {"big": [base / "src-big" / "big.bin"], "small": [base / "src-small" / f"f{i:04d}.bin" for i in range(args.small_files)]}
         for path in workloads["big"]:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,16 +153,20 @@ def main() -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_random_file(path, args.small_kib * 1024, seed=100 + i)
         print(f"scale-out: push/clone through nginx (TLS); {machine()}")
-        print(f"{'workload':<9}{'mode':<7}{'phase':<7}{'seconds':>9}{'MiB/s':>8}{'server cpu s/GiB':>18}{'postgres cpu s/GiB':>20}")
+        print(f"{'workload':<9}{'mode':<7}{'phase':<7}{'seconds':>9}{'MiB/s':>8}{'server cpu s/GiB':>18}{'postgres cpu s/GiB':>20}{'s3 cpu s/GiB':>14}")
         for workload, sources in workloads.items():
             size = sum(p.stat().st_size for p in sources)
             for mode in modes:
                 root = base / f"{workload}-{mode}"
-                result = run_once(mode, workload, sources, root, pg)
+                result = run_once(mode, workload, sources, root, pg, s3)
                 summary["runs"][f"{workload}/{mode}"] = {"bytes": size, **result}
                 for phase, m in result.items():
                     pg_cpu = f"{m['postgres_cpu'] * GIB / size:>20.2f}" if "postgres_cpu" in m else f"{'-':>20}"
-                    print(f"{workload:<9}{mode:<7}{phase:<7}{m['seconds']:>9.2f}{size / MIB / m['seconds']:>8.1f}{m['server_cpu'] * GIB / size:>18.2f}{pg_cpu}")
+                    s3_cpu = f"{m['s3_cpu'] * GIB / size:>14.2f}" if "s3_cpu" in m else f"{'-':>14}"
+                    print(
+                        f"{workload:<9}{mode:<7}{phase:<7}{m['seconds']:>9.2f}{size / MIB / m['seconds']:>8.1f}"
+                        f"{m['server_cpu'] * GIB / size:>18.2f}{pg_cpu}{s3_cpu}"
+                    )
                 shutil.rmtree(root, ignore_errors=True)
     write_json(args.json, summary)
     return 0
