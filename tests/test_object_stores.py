@@ -4,8 +4,10 @@ SeaweedFS), and what only the S3 store offers: presigned PUTs whose checksum and
 
 from __future__ import annotations
 
+import io
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 
 from git_xet.core.checksums import crc64nvme, crc64nvme_reference
 from git_xet.storage.objects import DirectoryObjectStore, ObjectStore
-from git_xet.storage.s3 import S3Config, S3Error, S3Location, S3ObjectStore, parse_s3_url
+from git_xet.storage.s3 import PartsBody, S3Config, S3Error, S3Location, S3ObjectStore, parse_s3_url
 from tests.datagen import random_bytes
 from tests.seaweed import RunningS3
 
@@ -173,3 +175,40 @@ def test_wrong_credentials_say_which(seaweed: RunningS3) -> None:
     missing = S3ObjectStore(S3Location("no-such-bucket-here"), S3Config.from_env(seaweed.env()))
     with pytest.raises(S3Error, match="does not exist"):
         missing.put("k", b"v")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    parts=st.lists(st.binary(max_size=300), max_size=5),
+    steps=st.lists(st.tuples(st.sampled_from(["read", "seek_set", "seek_cur", "seek_end"]), st.integers(-400, 400)), max_size=12),
+)
+def test_parts_body_reads_and_seeks_as_the_joined_bytes(parts: list[bytes], steps: list[tuple[str, int]]) -> None:
+    """PartsBody (the join-free PUT body) against io.BytesIO of the joined parts, step by step."""
+    joined = b"".join(parts)
+    body, model = PartsBody(tuple(memoryview(p) for p in parts)), io.BytesIO(joined)
+    assert len(body) == len(joined)
+    for op, n in steps:
+        if op == "read":
+            assert body.read(n if n >= 0 else -1) == model.read(n if n >= 0 else -1)
+        else:
+            whence = {"seek_set": io.SEEK_SET, "seek_cur": io.SEEK_CUR, "seek_end": io.SEEK_END}[op]
+            target = {io.SEEK_SET: 0, io.SEEK_CUR: model.tell(), io.SEEK_END: len(joined)}[whence] + n
+            model.seek(min(max(target, 0), len(joined)))  # PartsBody clamps into [0, size]
+            assert body.seek(n, whence) == model.tell()
+        assert body.tell() == model.tell()
+    body.seek(0)
+    assert body.read() == joined
+
+
+def test_a_put_of_parts_makes_no_joined_copy(s3_store: S3ObjectStore) -> None:
+    """A commit stores body + footer: the PUT streams the parts (a bound with a wide margin:
+    a joined copy alone would be 16 MiB)."""
+    body, footer = random_bytes(16 * 1024 * 1024, 7), random_bytes(5000, 8)
+    tracemalloc.start()
+    try:
+        assert s3_store.put_new("xorbs/aa/parts", body, memoryview(footer))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, peak
+    assert s3_store.read("xorbs/aa/parts") == body + footer
