@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -72,13 +73,12 @@ def _client(root: Path, d: Deployment) -> GitEnv:
 def _fsck(d: Deployment) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "git_xet", "fsck", *d.admin_args()],
-        capture_output=True, text=True, timeout=120, env={**_inherited(), **d.env},
+        check=False, capture_output=True, text=True, timeout=120, env={**_inherited(), **d.env},
     )  # fmt: skip
 
 
 def _inherited() -> dict[str, str]:
-    import os
-
+    """This process's environment without AWS_*: the deployment's own AWS_* take their place."""
     return {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
 
 
@@ -201,7 +201,7 @@ def test_huggingface_js_downloads_through_tls_from_the_bucket(tmp_path: Path, de
 def _admin(d: Deployment, command: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "git_xet", command, *d.admin_args(), *args],
-        capture_output=True, text=True, timeout=120, env={**_inherited(), **d.env},
+        check=False, capture_output=True, text=True, timeout=120, env={**_inherited(), **d.env},
     )  # fmt: skip
 
 
