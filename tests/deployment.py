@@ -65,13 +65,9 @@ class Deployment:
         """The store options of `git xet fsck` / `gc` for this deployment."""
         return ["--data", str(self.replicas[0].data_dir), "--index", self.index_url, "--objects", self.objects_url]
 
-    def served(self, replica: int, path_part: str) -> int:
-        """Requests whose path contains `path_part` that one replica answered (its own log)."""
-        return sum(1 for line in self.replicas[replica].log().splitlines() if '"path": ' in line and path_part in line)
-
 
 @contextmanager
-def running_deployment(root: Path, s3: RunningS3, postgres: Postgres, replicas: int = 2, *serve_args: str) -> Iterator[Deployment]:
+def running_deployment(root: Path, s3: RunningS3, postgres: Postgres, replicas: int = 2) -> Iterator[Deployment]:
     """`replicas` servers on a fresh bucket and a fresh database behind nginx (TLS), grants on."""
     bucket = s3.new_bucket()
     index_url = postgres.create_database(f"deploy_{secrets.token_hex(6)}")
@@ -89,7 +85,7 @@ def running_deployment(root: Path, s3: RunningS3, postgres: Postgres, replicas: 
             stack.enter_context(
                 running_server(
                     root / "replicas" / "data", "--index", index_url, "--objects", f"s3://{bucket}/{PREFIX}",
-                    "--public-url", nginx.url, *serve_args, port=p, log_name=f"replica{i}.log", env=env,
+                    "--public-url", nginx.url, port=p, log_name=f"replica{i}.log", env=env,
                 )
             )
             for i, p in enumerate(replica_ports)

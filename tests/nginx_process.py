@@ -118,12 +118,6 @@ class Nginx:
     def url(self) -> str:
         return f"https://localhost:{self.port}"
 
-    @property
-    def object_endpoint(self) -> str:
-        """The S3 endpoint as fronted here (AWS_ENDPOINT_URL for the servers)."""
-        assert self.object_port is not None, "started without object_store"
-        return f"http://127.0.0.1:{self.object_port}"
-
     def access_log(self) -> str:
         path = self.prefix / "access.log"
         return path.read_text(errors="replace") if path.exists() else ""
