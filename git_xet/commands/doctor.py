@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..gitcmd import run_git
 
 
 @dataclass(frozen=True)
@@ -18,16 +19,8 @@ class Check:
     fix: str = ""
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str] | None:
-    try:
-        return subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
 def _config(key: str) -> str | None:
-    proc = _run("git", "config", "--get", key)
-    return proc.stdout.strip() if proc and proc.returncode == 0 and proc.stdout.strip() else None
+    return run_git("config", "--get", key).value()
 
 
 def checks() -> Iterator[Check]:
@@ -37,8 +30,8 @@ def checks() -> Iterator[Check]:
     yield Check(True, f"git-xet {__version__}")
     yield Check(NATIVE_AVAILABLE, "native C chunker" if NATIVE_AVAILABLE else "pure-Python chunker (slow)", "reinstall with gcc and Python headers available")
 
-    lfs = _run("git", "lfs", "version")
-    if lfs is None or lfs.returncode != 0:
+    lfs = run_git("lfs", "version")
+    if not lfs.ok:
         yield Check(False, "git-lfs not found", "install git-lfs (Debian/Ubuntu: apt-get install git-lfs)")
         return
     match = re.search(r"git-lfs/(\d+)\.(\d+)\.(\d+)", lfs.stdout)
@@ -72,9 +65,9 @@ def checks() -> Iterator[Check]:
 
 def _native_urls() -> list[str]:
     """URLs given to `git xet install --native` (lfs.<url>/.standalonetransferagent=xet)."""
-    proc = _run("git", "config", "--get-regexp", r"^lfs\..*\.standalonetransferagent$")
+    proc = run_git("config", "--get-regexp", r"^lfs\..*\.standalonetransferagent$")
     urls = []
-    for line in proc.stdout.splitlines() if proc and proc.returncode == 0 else []:
+    for line in proc.stdout.splitlines() if proc.ok else []:
         key, _, value = line.partition(" ")
         url = key[len("lfs.") : -len(".standalonetransferagent")]
         if value.strip() == "xet" and ".git-xet.invalid/" not in url:
