@@ -22,7 +22,6 @@ Hub's: `ns/name` for models, `datasets/ns/name` and `spaces/ns/name` for the oth
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -34,36 +33,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core import hashes
-from .auth import AuthError, Claims
-from .errors import RequestRefused
+from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
+from .auth import AuthError, Claims, presented_token
+from .errors import RequestRefused, error_response, lfs_error_response
 from .http_io import PacedStreamingResponse
 
-LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
 REPO_KINDS = ("models", "datasets", "spaces")
 STANDALONE_REPO_ALIAS = "git-xet"
 # git-lfs sends at most 100 objects per batch (about 100 bytes each); these leave ample room.
 MAX_BATCH_BODY = 256 * 1024
 MAX_BATCH_OBJECTS = 1000
-
-
-def _user_token(request: Request) -> str | None:
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer":
-        return value.strip()
-    if scheme.lower() == "basic":
-        try:
-            _user, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return None
-        return password
-    return None
-
-
-def _lfs_error(status: int, message: str) -> JSONResponse:
-    response = JSONResponse({"message": message}, status_code=status, media_type=LFS_MEDIA_TYPE)
-    if status == 401:
-        response.headers["LFS-Authenticate"] = 'Basic realm="git-xet"'
-    return response
 
 
 def repo_id(kind: str, name: str) -> str:
@@ -99,7 +78,7 @@ class HubEmulation:
 
     async def _user(self, request: Request, needed: str, repo: str | None) -> Claims:
         """The user token's claims, for `repo` (None: the standalone alias, the token's own)."""
-        claims = await self.cas.authorize(request, needed, token=_user_token(request) or "", kinds=("user",))
+        claims = await self.cas.authorize(request, needed, token=presented_token(request.headers.get("authorization", ""), basic=True) or "", kinds=("user",))
         if repo is not None and claims.repo != repo:
             raise AuthError(403, f"this token is for another repo than {repo}; mint one with `git xet token --repo {repo}`")
         return claims
@@ -113,18 +92,18 @@ class HubEmulation:
             claims = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
             body = await self.cas.read_body(request, MAX_BATCH_BODY)
         except RequestRefused as exc:
-            return _lfs_error(exc.status, exc.message)
+            return lfs_error_response(exc.status, exc.message)
         try:
             operation, objects, transfers = await run_in_threadpool(_parse_batch, body)
         except ValueError as exc:
-            return _lfs_error(422, f"malformed batch request: {exc}")
+            return lfs_error_response(422, f"malformed batch request: {exc}")
         if len(objects) > MAX_BATCH_OBJECTS:
-            return _lfs_error(413, f"at most {MAX_BATCH_OBJECTS} objects per batch request")
+            return lfs_error_response(413, f"at most {MAX_BATCH_OBJECTS} objects per batch request")
         needed = "write" if operation == "upload" else "read"
         if not claims.allows(needed):
-            return _lfs_error(403, f"token scope '{claims.scope}' does not allow {needed}")
+            return lfs_error_response(403, f"token scope '{claims.scope}' does not allow {needed}")
         if operation == "upload" and "xet" not in transfers:
-            return _lfs_error(422, "this server stores LFS objects with XET only: install git-xet (`git xet install`)")
+            return lfs_error_response(422, "this server stores LFS objects with XET only: install git-xet (`git xet install`)")
         transfer = "xet" if "xet" in transfers else "basic"
         repo = claims.repo
         base = self.cas.base_url(request)
@@ -149,7 +128,7 @@ class HubEmulation:
                 entry["error"] = {"code": 404, "message": "object not found"}
             elif transfer == "xet":
                 action = self._xet_action(base, repo, "read", token, exp, session)
-                action["header"]["X-Xet-Hash"] = stored.hash
+                action["header"][FILE_HASH] = stored.hash
                 entry["actions"] = {"download": action}
             else:
                 entry["actions"] = {"download": {"href": self._bridge_url(base, repo, stored.hash), "expires_in": self.cas.config.url_ttl}}
@@ -168,10 +147,10 @@ class HubEmulation:
         return {
             "href": f"{base}/api/{kind}/{name}/xet-{mode}-token/main",
             "header": {
-                "X-Xet-Cas-Url": base,
-                "X-Xet-Access-Token": token,
-                "X-Xet-Token-Expiration": str(exp),
-                "X-Xet-Session-Id": session,
+                CAS_URL: base,
+                ACCESS_TOKEN: token,
+                TOKEN_EXPIRATION: str(exp),
+                SESSION_ID: session,
             },
             "expires_in": max(1, exp - int(time.time())),
         }
@@ -187,12 +166,12 @@ class HubEmulation:
         """Mint a CAS token from a user token of this repo (never from a CAS token)."""
         kind = request.path_params["kind"]
         if kind not in REPO_KINDS:
-            return JSONResponse({"error": f"unknown repo type {kind!r}"}, status_code=404)
+            return error_response(RequestRefused(404, f"unknown repo type {kind!r}"))
         mode = "write" if request.url.path.split("/")[-2] == "xet-write-token" else "read"
         claims = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
         token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl)
         base = self.cas.base_url(request)
-        headers = {"X-Xet-Cas-Url": base, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(exp), "Cache-Control": "no-store"}
+        headers = {CAS_URL: base, ACCESS_TOKEN: token, TOKEN_EXPIRATION: str(exp), "Cache-Control": "no-store"}
         return JSONResponse({"casUrl": base, "exp": exp, "accessToken": token}, headers=headers)
 
     def _bridge_file(self, repo: str, file_hex: str):
@@ -202,15 +181,15 @@ class HubEmulation:
         """Serve a whole file by reconstructing it here: how plain `basic` git-lfs downloads."""
         repo, file_hex = request.path_params["repo"], request.path_params["file"].lower()
         if not hashes.is_hash_hex(file_hex):
-            return JSONResponse({"error": "invalid file hash"}, status_code=400)
+            return error_response(RequestRefused(400, "invalid file hash"))
         try:
             exp, sig = int(request.query_params["exp"]), request.query_params["sig"]
         except (KeyError, ValueError):
-            return JSONResponse({"error": "not a signed download URL"}, status_code=403)
+            return error_response(RequestRefused(403, "not a signed download URL"))
         self.cas.signer.check_bridge(repo, file_hex, exp, sig)
         stored = await run_in_threadpool(self._bridge_file, repo, file_hex)
         if stored is None:
-            return JSONResponse({"error": "file not found"}, status_code=404)
+            return error_response(RequestRefused(404, "file not found"))
         return PacedStreamingResponse(
             self.cas.store.iter_file_bytes(stored),
             self.cas.config.idle_timeout,
