@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..core.errors import XetError
+from ..core.http_headers import bearer
 from ..gitcmd import config_list, run_git
 
 
@@ -182,9 +183,9 @@ def credential_headers(url: str) -> dict[str, str]:
     parts = urlsplit(url)
     token = os.environ.get("HF_TOKEN")
     if token and parts.scheme == "https" and origin(url) == origin(hub_endpoint()):
-        return {"Authorization": f"Bearer {token}"}
+        return bearer(token)
     if parts.password:
-        return {"Authorization": f"Bearer {parts.password}"}
+        return bearer(parts.password)
     found = _netrc_login(parts.hostname or "") or _git_credential(parts.scheme, parts.netloc.rpartition("@")[2], parts.path)
     if found is None:
         return {}

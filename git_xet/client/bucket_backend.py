@@ -173,7 +173,7 @@ class BucketBackend:
 
     # ------------------------------------------------------------------ downloads
 
-    def file_for_sha256(self, oid: str) -> str | None:
+    def file_for_sha256(self, oid: str, size: int | None = None) -> str | None:
         """The XET file hash of the LFS object `oid`, or None when the bucket does not hold it."""
         self.check()
         try:

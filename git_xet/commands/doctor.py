@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.http_headers import bearer
 from ..gitcmd import run_git
 
 
@@ -75,17 +76,11 @@ def _native_urls() -> list[str]:
     return urls
 
 
-def _reason(resp) -> str:
-    """A server's own explanation of a refusal, as its JSON error body gives it."""
-    try:
-        body = resp.json()
-        return str(body.get("error") or body.get("message") or "") if isinstance(body, dict) else ""
-    except ValueError:
-        return ""
-
-
 def _refused(what: str, resp) -> str:
-    reason = _reason(resp)
+    """A refusal with the server's own explanation, as its error body gives it."""
+    from ..client.errors import error_from_body
+
+    reason = error_from_body(resp.content).message
     return f"{what} refused (HTTP {resp.status_code}{': ' + reason if reason else ''})"
 
 
@@ -149,7 +144,7 @@ def _check_server(url: str) -> Iterator[Check]:
     if not token:
         yield Check(False, "no access token", fix)
         return
-    auth = {"Authorization": f"Bearer {token}"}
+    auth = bearer(token)
     read = httpx.get(f"{url}/v1/reconstructions/{'0' * 64}", headers=auth, timeout=10)
     if read.status_code in (401, 403):
         yield Check(False, _refused("access token", read), fix)
@@ -171,7 +166,7 @@ def _check_native(url: str) -> Iterator[Check]:
     yield Check(True, f"mode: native XET for LFS endpoints under {url}")
     headers = credential_headers(url)
     hf_token = os.environ.get("HF_TOKEN")  # sent only to the Hub endpoint (see credential_headers)
-    source = "$HF_TOKEN" if hf_token and headers.get("Authorization") == f"Bearer {hf_token}" else "git credentials" if headers else None
+    source = "$HF_TOKEN" if hf_token and headers == bearer(hf_token) else "git credentials" if headers else None
     if source is None:
         yield Check(False, f"no credentials for {url}", "set HF_TOKEN, or store them with `git credential approve`")
         return
