@@ -169,4 +169,4 @@ def error_from_body(content: bytes | str, *, limit: int = 200) -> ErrorBody:
         return ErrorBody(text.strip()[:limit])
     message = answer.get("error") or answer.get("message") or ""
     code = answer.get("code")
-    return ErrorBody(str(message)[:limit], code if isinstance(code, str) else None)
+    return ErrorBody(str(message), code if isinstance(code, str) else None)

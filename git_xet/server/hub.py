@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Collection
+from typing import Protocol
 from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -34,7 +36,8 @@ from starlette.routing import Route
 
 from ..core import hashes
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
-from .auth import AuthError, Claims, presented_token
+from ..storage.cas_store import CasStore
+from .auth import KINDS, AuthError, Claims, Signer, presented_token
 from .errors import RequestRefused, error_response, lfs_error_response
 from .http_io import PacedStreamingResponse
 
@@ -72,8 +75,42 @@ def _parse_batch(body: bytes) -> tuple[str, list, list]:
     return operation, objects, transfers
 
 
+class HubSettings(Protocol):
+    @property
+    def cas_token_ttl(self) -> int:
+        """Seconds a CAS token minted here lives (at most as long as its user token)."""
+
+    @property
+    def url_ttl(self) -> int:
+        """Seconds a signed bridge URL is valid."""
+
+    @property
+    def idle_timeout(self) -> float:
+        """Seconds a bridge download waits on a client that reads nothing."""
+
+
+class HubHost(Protocol):
+    """What the Hub emulation uses of the CAS app. app.CasApp provides it; it is named by its
+    shape because app imports this module."""
+
+    @property
+    def store(self) -> CasStore: ...
+
+    @property
+    def signer(self) -> Signer: ...
+
+    @property
+    def config(self) -> HubSettings: ...
+
+    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS) -> Claims: ...
+
+    def read_body(self, request: Request, limit: int) -> Awaitable[bytes]: ...
+
+    def base_url(self, request: Request) -> str: ...
+
+
 class HubEmulation:
-    def __init__(self, cas) -> None:  # cas: app.CasApp (not imported: app imports us)
+    def __init__(self, cas: HubHost) -> None:
         self.cas = cas
 
     async def _user(self, request: Request, needed: str, repo: str | None) -> Claims:
