@@ -13,8 +13,6 @@ import hashlib
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +31,7 @@ from git_xet.core import hashes, shard, xorb
 from git_xet.storage.cas_store import CasStore
 from tests import hf_xet_oracle
 from tests.datagen import random_bytes
-from tests.gitenv import make_git_env
+from tests.gitenv import make_git_env, run_git_xet
 from tests.objects import single_xorb
 from tests.server_process import RunningServer, running_server
 
@@ -108,14 +106,6 @@ def _batch(srv: RunningServer, repo: str, operation: str, objects: list[dict], t
         headers=_auth(token),
         timeout=30,
     )
-
-
-def _minted(srv: RunningServer, repo: str, scope: str = "write", ttl: int = 3600) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "git_xet", "token", "--data", str(srv.data_dir), "--scope", scope, "--ttl", str(ttl), "--repo", repo, "--json"],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    return json.loads(out.stdout)
 
 
 # ---------------------------------------------------------------- verified LFS mappings
@@ -259,7 +249,7 @@ def test_a_repo_reads_only_its_own_files_and_dedup_reveals_none(server: RunningS
 def test_cas_tokens_cannot_mint_tokens_nor_outlive_their_parent(server: RunningServer) -> None:
     """Before: any token, even a 15-minute CAS token from a pasted trace, minted fresh ones forever."""
     repo = "acme/expiry"
-    user = _minted(server, repo, ttl=120)
+    user = server.minted(repo=repo, ttl=120)
     resp = _batch(server, repo, "upload", [{"oid": "e" * 64, "size": 10}], user["accessToken"])
     header = resp.json()["objects"][0]["actions"]["upload"]["header"]
     cas_token, cas_exp = header["X-Xet-Access-Token"], int(header["X-Xet-Token-Expiration"])
@@ -277,13 +267,13 @@ def test_cas_tokens_cannot_mint_tokens_nor_outlive_their_parent(server: RunningS
 
 def test_revoking_a_user_token_kills_it_and_its_cas_tokens(server: RunningServer) -> None:
     repo = "acme/revoke"
-    user = _minted(server, repo)
+    user = server.minted(repo=repo)
     with httpx.Client(timeout=30) as client:
         cas = client.get(f"{server.url}/api/models/{repo}/xet-read-token/main", headers=_auth(user["accessToken"])).json()["accessToken"]
         probe = f"{server.url}/v1/reconstructions/{'0' * 64}"
         assert client.get(probe, headers=_auth(cas)).status_code == 404  # accepted, file unknown
         other = server.token("read", repo=repo)
-        subprocess.run([sys.executable, "-m", "git_xet", "token", "--data", str(server.data_dir), "--revoke", user["accessToken"]], check=True, timeout=60)
+        run_git_xet("token", "--data", str(server.data_dir), "--revoke", user["accessToken"], timeout=60, check=True)
         assert user["id"] in _store(server).revoked_token_ids()
         deadline = time.monotonic() + 20
         while client.get(probe, headers=_auth(cas)).status_code != 401:
@@ -503,15 +493,13 @@ def test_an_empty_secret_is_an_error_that_says_what_to_do(tmp_path: Path) -> Non
     (data / "secret").write_bytes(b"\n")
     env = {k: v for k, v in os.environ.items() if k != "GIT_XET_SERVER_SECRET"}
     for args in (["serve", "--port", "0"], ["token"]):
-        out = subprocess.run([sys.executable, "-m", "git_xet", *args, "--data", str(data)], capture_output=True, text=True, timeout=60, env=env, check=False)
+        out = run_git_xet(*args, "--data", str(data), timeout=60, env=env)
         assert out.returncode == 1 and "Delete the file" in out.stderr and not out.stdout.strip(), out
 
 
 def test_off_loopback_the_public_url_is_required(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "git_xet", "serve", "--data", str(tmp_path / "d"), "--host", "0.0.0.0", "--port", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip  (it refuses before binding: no socket is opened)
+    # It refuses before binding: no socket is opened.
+    out = run_git_xet("serve", "--data", str(tmp_path / "d"), "--host", "0.0.0.0", "--port", "0", timeout=60)
     assert out.returncode == 2 and "--public-url" in out.stderr and not out.stdout
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import io
 import subprocess
-import sys
 from pathlib import Path
 
 from git_xet.client.bucket_backend import BucketBackend
@@ -17,6 +16,7 @@ from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
 from tests.datagen import random_bytes
+from tests.gitenv import run_git_xet
 from tests.seaweed import RunningS3
 from tests.server_process import running_server
 
@@ -24,7 +24,7 @@ FILES = [random_bytes(5_000_000, 61), random_bytes(2_000_000, 62)]
 
 
 def _migrate(s3: RunningS3, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "git_xet", "migrate", *args], capture_output=True, text=True, timeout=300, env=_env(s3), check=False)
+    return run_git_xet("migrate", *args, timeout=300, env=_env(s3))
 
 
 def _env(s3: RunningS3) -> dict[str, str]:
