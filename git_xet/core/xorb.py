@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .compression import CompressionScheme, compress_chunk, decompress, predict_scheme
 from .constants import HASH_SIZE, MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
 from .errors import FormatError, HashMismatchError, TruncatedError
-from .hashes import chunk_hash, xorb_hash
+from .hashes import XetHash, chunk_hash, xorb_hash
 
 CHUNK_HEADER_SIZE = 8
 CHUNK_FORMAT_VERSION = 0
@@ -101,8 +101,8 @@ def decode_chunk(data: bytes | bytearray | memoryview, record: ChunkRecord) -> b
 class XorbFooter:
     """CasObjectInfo v1: xorb hash, chunk hashes, serialized and unpacked chunk end offsets."""
 
-    xorb_hash: bytes
-    chunk_hashes: tuple[bytes, ...]
+    xorb_hash: XetHash
+    chunk_hashes: tuple[XetHash, ...]
     byte_ends: tuple[int, ...]
     unpacked_ends: tuple[int, ...]
 
@@ -142,7 +142,7 @@ class XorbFooter:
         # Bound every count by the bytes actually present before allocating anything.
         if n > MAX_XORB_CHUNKS or size < pos + n * HASH_SIZE + 12 + 8 * n + _TRAILER.size:
             raise FormatError(f"xorb footer: {n} chunks do not fit in {size} bytes")
-        hashes = tuple(bytes(view[pos + i * HASH_SIZE : pos + (i + 1) * HASH_SIZE]) for i in range(n))
+        hashes = tuple(XetHash(bytes(view[pos + i * HASH_SIZE : pos + (i + 1) * HASH_SIZE])) for i in range(n))
         pos += n * HASH_SIZE
         if bytes(view[pos : pos + 7]) != _BOUNDARIES_IDENT or view[pos + 7] != _BOUNDARIES_VERSION:
             raise FormatError("xorb footer: bad boundary section ident or version")
@@ -158,7 +158,7 @@ class XorbFooter:
         n_trailer, _hashes_from_end, _bounds_from_end, _buffer = _TRAILER.unpack_from(view, pos)
         if n_trailer != n:
             raise FormatError("xorb footer: trailer chunk count disagrees")
-        return cls(digest, hashes, tuple(byte_ends), tuple(unpacked_ends))
+        return cls(XetHash(digest), hashes, tuple(byte_ends), tuple(unpacked_ends))
 
 
 @dataclass(frozen=True)
@@ -214,9 +214,9 @@ def decode_all_chunks(data: bytes | memoryview, records: Sequence[ChunkRecord]) 
 class VerifiedXorb:
     """A xorb body whose chunks were decoded and hashed: what a server stores."""
 
-    xorb_hash: bytes
+    xorb_hash: XetHash
     body: bytes | memoryview  # a view when the builder wrote into a caller's buffer
-    chunk_hashes: tuple[bytes, ...]
+    chunk_hashes: tuple[XetHash, ...]
     chunk_sizes: tuple[int, ...]
     byte_ends: tuple[int, ...]
 
@@ -285,7 +285,7 @@ class XorbBuilder:
             raise ValueError(f"a xorb buffer needs {MAX_XORB_BODY_BYTES} bytes, got {len(buffer)}")
         self._owns_buffer = buffer is None
         self._buffer: bytearray | mmap.mmap = bytearray() if buffer is None else buffer
-        self._hashes: list[bytes] = []
+        self._hashes: list[XetHash] = []
         self._sizes: list[int] = []
         self._byte_ends: list[int] = []
         self._body_size = 0
@@ -307,7 +307,7 @@ class XorbBuilder:
     def can_add(self, size: int) -> bool:
         return self.num_chunks < MAX_XORB_CHUNKS and self._unpacked_size + size <= MAX_XORB_BYTES
 
-    def add(self, data: bytes | memoryview, digest: bytes | None = None) -> int:
+    def add(self, data: bytes | memoryview, digest: XetHash | None = None) -> int:
         """Append a chunk; returns its index in the xorb. Check can_add first.
 
         The first chunk of each run of CHUNKS_PER_COMPRESSION_DECISION picks the scheme (BG4

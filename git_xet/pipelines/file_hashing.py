@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.chunking import Chunker
-from ..core.constants import ZERO_HASH
-from ..core.hashes import chunk_hash, file_hash
+from ..core.hashes import XetHash, chunk_hash, file_hash
 
 SCAN_BLOCK = 4 * 1024 * 1024
 _QUEUE_DEPTH = 4  # blocks scanned ahead of the consumer: bounds the mapped pages resident
@@ -28,15 +27,15 @@ _QUEUE_DEPTH = 4  # blocks scanned ahead of the consumer: bounds the mapped page
 class FileDigest:
     """What hashing a file yields: its XET hash, its chunks and, if asked, its sha256."""
 
-    file_hash: bytes
+    file_hash: XetHash
     size: int
-    chunk_hashes: tuple[bytes, ...]
+    chunk_hashes: tuple[XetHash, ...]
     chunk_sizes: tuple[int, ...]
     sha256: bytes | None = None
 
     @classmethod
-    def of_chunks(cls, hashes: list[bytes], sizes: list[int], sha256: bytes | None = None) -> FileDigest:
-        return cls(file_hash(hashes, sizes) if hashes else ZERO_HASH, sum(sizes), tuple(hashes), tuple(sizes), sha256)
+    def of_chunks(cls, hashes: list[XetHash], sizes: list[int], sha256: bytes | None = None) -> FileDigest:
+        return cls(file_hash(hashes, sizes), sum(sizes), tuple(hashes), tuple(sizes), sha256)
 
 
 def iter_chunk_ends(view: memoryview, *, sha256: hashlib._Hash | None = None, block_size: int = SCAN_BLOCK) -> Iterator[int]:
@@ -130,7 +129,7 @@ class MappedFile:
         self.close()
 
 
-def iter_chunk_hashes(view: memoryview, *, sha256: hashlib._Hash | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_chunk_hashes(view: memoryview, *, sha256: hashlib._Hash | None = None) -> Iterator[tuple[int, XetHash]]:
     """Yield (end offset, chunk hash) for each chunk of `view`, as soon as it is hashed."""
     prev = 0
     for end in iter_chunk_ends(view, sha256=sha256):
@@ -144,7 +143,7 @@ def hash_bytes(
     """Chunk and hash an in-memory buffer; `consumed(offset)` is told how far hashing got."""
     view = memoryview(data)
     sha256 = hashlib.sha256() if with_sha256 else None
-    hashes: list[bytes] = []
+    hashes: list[XetHash] = []
     sizes: list[int] = []
     prev = 0
     for end, digest in iter_chunk_hashes(view, sha256=sha256):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..core.hashes import hash_to_hex
+from ..core.hashes import XetHash, hash_to_hex
 from ..core.shard import FileTerm
 from .errors import Misconfigured
 
@@ -53,7 +53,7 @@ class XorbLayout:
     """What the server knows of a stored xorb without reading it."""
 
     hash: str
-    chunk_hashes: tuple[bytes, ...]
+    chunk_hashes: tuple[XetHash, ...]
     byte_ends: tuple[int, ...]
     chunk_sizes: tuple[int, ...]
 
@@ -181,7 +181,7 @@ def layout_row(layout: XorbLayout, body_size: int) -> tuple:
 
 def layout_from_row(xorb_hex: str, blob: bytes, ends: bytes, sizes: bytes) -> XorbLayout:
     blob, ends, sizes = bytes(blob), bytes(ends), bytes(sizes)
-    chunk_hashes = tuple(blob[i : i + 32] for i in range(0, len(blob), 32))
+    chunk_hashes = tuple(XetHash(blob[i : i + 32]) for i in range(0, len(blob), 32))
     return XorbLayout(xorb_hex, chunk_hashes, unpack_u32s(ends), unpack_u32s(sizes))
 
 
