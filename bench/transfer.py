@@ -51,7 +51,7 @@ if phase == "up":
     with Uploader(backend, ShardCache(Path(cache), backend.cache_key)) as up:
         r = up.add_file(src)
         up.finalize()
-    info = {"hash": r.file_hash, "size": r.size, "sha256": r.sha256}
+    info = {"hash": r.file_hex, "size": r.size, "sha256": r.sha256_hex}
 else:
     from git_xet.pipelines.download import download_to_path
     info = json.loads(src)

@@ -150,7 +150,7 @@ def test_a_reupload_never_remaps_or_clears_an_oid(server: RunningServer, tmp_pat
     (verified,) = hf_xet_oracle.remote_upload([tmp_path / "f.bin"], server.url, token, tmp_path / "b")
     assert verified["hash"] == skipped["hash"]
     mapped = _store(server).file_by_sha256(oid, repo)
-    assert mapped is not None and mapped.hash == verified["hash"] and mapped.size == len(data)
+    assert mapped is not None and mapped.file_hex == verified["hash"] and mapped.size == len(data)
 
     # The same bytes in other chunks (another file hash, true sha256): accepted, mapping kept.
     builder = xorb.XorbBuilder()
@@ -168,7 +168,7 @@ def test_a_reupload_never_remaps_or_clears_an_oid(server: RunningServer, tmp_pat
     hf_xet_oracle.remote_upload([tmp_path / "f.bin"], server.url, token, tmp_path / "c", skip_sha256=True)
 
     still = _store(server).file_by_sha256(oid, repo)
-    assert still is not None and still.hash == verified["hash"]
+    assert still is not None and still.file_hex == verified["hash"]
     down = _batch(server, repo, "download", [{"oid": oid, "size": len(data)}], token).json()
     assert down["objects"][0]["actions"]["download"]["header"]["X-Xet-Hash"] == verified["hash"]
 
@@ -473,7 +473,7 @@ def test_a_data_directory_from_before_repos_is_migrated(tmp_path: Path) -> None:
     migrated = CasStore(tmp_path / "v0")
     assert migrated.repo_has_file("default", file_hex)
     mapped = migrated.file_by_sha256(oid)
-    assert mapped is not None and mapped.hash == file_hex
+    assert mapped is not None and mapped.file_hex == file_hex
     assert migrated.stats()["repo_shards"] == 1 and not migrated.register_shard(body)
 
 

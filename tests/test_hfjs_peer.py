@@ -284,7 +284,7 @@ def test_hfjs_reads_what_ours_and_hf_xet_wrote(server: RunningServer, tmp_path: 
     backend = HttpCasBackend(server.url, StaticToken(server.token("write", repo=REPO)), policy=FAST_RETRY)
     with Uploader(backend, None) as up:
         for name, data in ours.items():
-            xet[name] = up.add_bytes(data).file_hash
+            xet[name] = up.add_bytes(data).file_hex
         up.finalize()
     paths = _write(tmp_path, theirs)
     infos = hf_xet_oracle.remote_upload(list(paths.values()), server.url, server.token("write", repo=REPO), tmp_path)

@@ -144,9 +144,9 @@ class Model:
         self.revoked: dict[str, int] = {}
 
     def add_xorb(self, layout: XorbLayout, body_size: int) -> bool:
-        if layout.hash in self.xorbs:
+        if layout.xorb_hex in self.xorbs:
             return False
-        self.xorbs[layout.hash] = (layout, body_size)
+        self.xorbs[layout.xorb_hex] = (layout, body_size)
         return True
 
     def register_shard(self, s: ShardRegistration) -> bool:
@@ -159,13 +159,13 @@ class Model:
         self.shards.setdefault(s.shard_id, s.size)
         self.repo_shards.add((s.repo, s.shard_id))
         for f in s.files:
-            self.xorb_refs.update((_hex(t.xorb_hash), f.hash) for t in f.terms)
-            entry = self.files.setdefault(f.hash, [f.size, f.computed_sha256, f.terms])
+            self.xorb_refs.update((_hex(t.xorb_hash), f.file_hex) for t in f.terms)
+            entry = self.files.setdefault(f.file_hex, [f.size, f.computed_sha256_hex, f.terms])
             if entry[1] is None:
-                entry[1] = f.computed_sha256
-            self.repo_files.add((s.repo, f.hash))
+                entry[1] = f.computed_sha256_hex
+            self.repo_files.add((s.repo, f.file_hex))
             if f.oid is not None:
-                self.repo_oids.setdefault((s.repo, f.oid), f.hash)
+                self.repo_oids.setdefault((s.repo, f.oid), f.file_hex)
         self.dedup.update(s.dedup)
         return True
 
@@ -276,7 +276,7 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
         xorb = XorbLayout(f"{round_:02x}" * 32, (CHUNKS[0],), (1008,), (1000,))
         index.add_xorb(xorb, 1008)
         file_hex = f"{0x80 + round_:02x}" * 32
-        shard = ShardRegistration(f"race{round_}", 100, "default", (FileRegistration(file_hex, 1000, (FileTerm(bytes.fromhex(xorb.hash), 1000, 0, 1),), None, None),))
+        shard = ShardRegistration(f"race{round_}", 100, "default", (FileRegistration(file_hex, 1000, (FileTerm(bytes.fromhex(xorb.xorb_hex), 1000, 0, 1),), None, None),))
         outcome: dict[str, object] = {}
         barrier = threading.Barrier(2)
 
@@ -295,7 +295,7 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
 
         threads = [
             threading.Thread(target=register, args=(shard, barrier, outcome)),
-            threading.Thread(target=collect, args=(xorb.hash, barrier, outcome)),
+            threading.Thread(target=collect, args=(xorb.xorb_hex, barrier, outcome)),
         ]
         for t in threads:
             t.start()
@@ -303,7 +303,7 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
             t.join(timeout=60)
             assert not t.is_alive(), "a racer did not finish within 60 s"
         assert sorted(outcome.values()) == [False, True], outcome
-        assert (index.xorb_layout(xorb.hash) is not None) == outcome["registered"]
+        assert (index.xorb_layout(xorb.xorb_hex) is not None) == outcome["registered"]
         assert index.repo_has_file("default", file_hex) == outcome["registered"]
 
 
@@ -325,7 +325,7 @@ def test_a_damaged_xorb_is_replaced_once_under_concurrency(make_index) -> None:
     for t in threads:
         t.join(timeout=60)
     assert len(calls) == 1 and sorted(results) == [False] * 5 + [True]
-    assert index.xorb_layout(layout.hash) == layout
+    assert index.xorb_layout(layout.xorb_hex) == layout
 
 
 def test_an_index_from_a_newer_git_xet_is_refused(make_index) -> None:
@@ -360,7 +360,7 @@ def test_the_index_does_not_grow_per_chunk(make_index, tmp_path: Path, seed: int
     counts = store.stats()
     assert (counts["xorbs"], counts["files"], counts["dedup"]) == (1, 1, len(key_chunks))
     assert len(built.chunk_hashes) > 3  # the file has many chunks, and still only these rows
-    assert store.file_by_sha256(hashlib.sha256(data).hexdigest()).hash == hashes.hash_to_hex(digest.file_hash)
+    assert store.file_by_sha256(hashlib.sha256(data).hexdigest()).file_hex == hashes.hash_to_hex(digest.file_hash)
     assert b"".join(store.iter_file_bytes(store.get_file(hashes.hash_to_hex(digest.file_hash)))) == data
     store.close()
 
@@ -403,8 +403,8 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
     counts = upgraded.stats()
     assert (counts["xorbs"], counts["files"], counts["xorb_refs"], counts["repo_oids"], counts["repo_shards"]) == (2, 1, 1, 1, 1)
     assert upgraded.file_for_oid("default", OIDS[0]) == file_hex and upgraded.get_file(file_hex).terms == terms
-    assert list(upgraded.unreferenced_xorbs()) == [spare.hash]
-    assert not upgraded.remove_xorb_if_unreferenced(used.hash, lambda: None)
+    assert list(upgraded.unreferenced_xorbs()) == [spare.xorb_hex]
+    assert not upgraded.remove_xorb_if_unreferenced(used.xorb_hex, lambda: None)
     upgraded.close()
 
 

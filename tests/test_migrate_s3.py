@@ -35,7 +35,7 @@ def _env(s3: RunningS3) -> dict[str, str]:
 
 def _fill(store_dir: Path) -> list[str]:
     with Uploader(LocalStoreBackend(store_dir)) as up:
-        hashes = [up.add_bytes(data).file_hash for data in FILES]
+        hashes = [up.add_bytes(data).file_hex for data in FILES]
         up.finalize()
     return hashes
 

@@ -43,7 +43,7 @@ def stored_files(draw: st.DrawFn) -> tuple[list[FileTerm], dict[str, XorbLayout]
         sizes = draw(st.lists(size, min_size=n, max_size=n))
         ratios = draw(st.lists(st.sampled_from([0.1, 0.5, 1.0]), min_size=n, max_size=n))
         layout = _layout(i + 1, sizes, ratios)
-        layouts[layout.hash] = layout
+        layouts[layout.xorb_hex] = layout
     names = sorted(layouts)
     terms = []
     for _ in range(draw(st.integers(1, 12))):
@@ -51,7 +51,7 @@ def stored_files(draw: st.DrawFn) -> tuple[list[FileTerm], dict[str, XorbLayout]
         n = len(layout.chunk_sizes)
         start = draw(st.integers(0, n - 1))
         end = draw(st.integers(start + 1, n))
-        terms.append(FileTerm(hashes.hex_to_hash(layout.hash), sum(layout.chunk_sizes[start:end]), start, end))
+        terms.append(FileTerm(hashes.hex_to_hash(layout.xorb_hex), sum(layout.chunk_sizes[start:end]), start, end))
     return terms, layouts
 
 
@@ -108,13 +108,13 @@ def test_repeated_region_is_fetched_once() -> None:
     """A B A: the second A reuses the first A's ranges (no second fetch of the same bytes)."""
     a = _layout(1, [MAX_CHUNK_SIZE] * 300, [1.0] * 300)  # ~37.5 MiB: three fetch ranges
     b = _layout(2, [64 * KIB] * 10, [1.0] * 10)
-    layouts = {a.hash: a, b.hash: b}
+    layouts = {a.xorb_hex: a, b.xorb_hex: b}
     terms = [
-        FileTerm(hashes.hex_to_hash(a.hash), 300 * MAX_CHUNK_SIZE, 0, 300),
-        FileTerm(hashes.hex_to_hash(b.hash), 640 * KIB, 0, 10),
-        FileTerm(hashes.hex_to_hash(a.hash), 100 * MAX_CHUNK_SIZE, 50, 150),
+        FileTerm(hashes.hex_to_hash(a.xorb_hex), 300 * MAX_CHUNK_SIZE, 0, 300),
+        FileTerm(hashes.hex_to_hash(b.xorb_hex), 640 * KIB, 0, 10),
+        FileTerm(hashes.hex_to_hash(a.xorb_hex), 100 * MAX_CHUNK_SIZE, 50, 150),
     ]
     plan = plan_reconstruction(terms, layouts, (0, 300 * MAX_CHUNK_SIZE + 640 * KIB + 100 * MAX_CHUNK_SIZE - 1))
     fetched = sum(f.byte_end - f.byte_start + 1 for f in plan.fetches)
     assert fetched == a.byte_ends[-1] + b.byte_ends[-1]
-    assert len([f for f in plan.fetches if f.xorb == a.hash]) == -(-a.byte_ends[-1] // MAX_FETCH_BYTES)
+    assert len([f for f in plan.fetches if f.xorb == a.xorb_hex]) == -(-a.byte_ends[-1] // MAX_FETCH_BYTES)

@@ -57,9 +57,9 @@ class _Store:
 
 def _upload(backend: XetBackend, cache_root: Path, *files: bytes) -> tuple[Uploader, list[str]]:
     with Uploader(backend, ShardCache(cache_root, backend.cache_key)) as up:
-        hashes = [up.add_bytes(data).file_hash for data in files]
+        hashes = [up.add_bytes(data).file_hex for data in files]
         up.last_results = up.finalize()
-    assert [r.file_hash for r in up.last_results] == hashes
+    assert [r.file_hex for r in up.last_results] == hashes
     return up, hashes
 
 

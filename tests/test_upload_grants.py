@@ -53,9 +53,9 @@ def _round_trip(url: str, token: str, data: bytes) -> str:
         result = up.add_bytes(data)
         up.finalize()
     out = io.BytesIO()
-    download(backend, result.file_hash, out, sha256=hashlib.sha256(data).hexdigest())
+    download(backend, result.file_hex, out, sha256=hashlib.sha256(data).hexdigest())
     assert out.getvalue() == data
-    return result.file_hash
+    return result.file_hex
 
 
 def test_crc64nvme_matches_its_reference_and_check_value() -> None:

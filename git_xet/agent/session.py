@@ -119,8 +119,8 @@ class AgentSession:
         sent_before = uploader.stats.xorb_bytes_sent
         try:
             result = uploader.add_file(source)
-            if result.sha256 != req.oid:
-                raise TransferError(f"{source} does not match its oid (sha256 {result.sha256[:12]}…); the file changed during the push?")
+            if result.sha256_hex != req.oid:
+                raise TransferError(f"{source} does not match its oid (sha256 {result.sha256_hex[:12]}…); the file changed during the push?")
             # Durable (xorbs, then the shard) before we say complete; after a store reset the
             # file went again, so its figures are the final upload's.
             result = uploader.finalize()[-1]

@@ -50,7 +50,7 @@ class LocalStoreBackend:
             found = self.store.file_by_sha256(oid)
         except StorageError as exc:
             raise from_storage_error(exc, str(self.root)) from None
-        return found.hash if found else None
+        return found.file_hex if found else None
 
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
         try:

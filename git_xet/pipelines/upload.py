@@ -47,9 +47,11 @@ FRAGMENTATION_LEAVE = 8.0
 
 @dataclass(frozen=True)
 class UploadedFile:
-    file_hash: str
+    """What an upload stored, in the text forms callers pass on (to downloads, URLs, JSON)."""
+
+    file_hex: str  # the XET file hash (core.hashes.hash_to_hex)
     size: int
-    sha256: str
+    sha256_hex: str  # the Git LFS oid
     new_bytes: int  # bytes of chunks this upload stored for the first time
     deduped_bytes: int  # bytes found already stored (this session, cache or global dedup)
 
@@ -483,7 +485,7 @@ class Uploader:
         else:
             with MappedFile(file.source) as mapped:
                 again = self._add(mapped.view, mapped.release_before, file.source)
-        if again.file_hash != hash_to_hex(file.digest.file_hash):
+        if again.file_hex != hash_to_hex(file.digest.file_hash):
             raise TransferError(f"{file.source} changed while it was being uploaded; push again")
 
     def _commit(self, closed: list[_XorbSlot], pending: list[_PendingFile]) -> None:

@@ -165,10 +165,10 @@ class HubEmulation:
                 entry["error"] = {"code": 404, "message": "object not found"}
             elif transfer == "xet":
                 action = self._xet_action(base, repo, "read", token, exp, session)
-                action["header"][FILE_HASH] = stored.hash
+                action["header"][FILE_HASH] = stored.file_hex
                 entry["actions"] = {"download": action}
             else:
-                entry["actions"] = {"download": {"href": self._bridge_url(base, repo, stored.hash), "expires_in": self.cas.config.url_ttl}}
+                entry["actions"] = {"download": {"href": self._bridge_url(base, repo, stored.file_hex), "expires_in": self.cas.config.url_ttl}}
             out.append(entry)
         return JSONResponse({"transfer": transfer, "objects": out, "hash_algo": "sha256"}, media_type=LFS_MEDIA_TYPE)
 

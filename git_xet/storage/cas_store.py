@@ -159,7 +159,7 @@ class CasStore:
             if name not in layouts:
                 layout = self.xorb_layout(name)
                 if layout is None:
-                    raise Damaged(f"xorb {name} of file {stored.hash} is missing from the store")
+                    raise Damaged(f"xorb {name} of file {stored.file_hex} is missing from the store")
                 layouts[name] = layout
         return layouts
 
@@ -201,7 +201,7 @@ class CasStore:
                     raise MissingXorbs(f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}")
                 layouts[term.xorb_hash] = layout
             if not term.chunk_start < term.chunk_end <= len(layout.chunk_hashes):
-                raise Rejected(f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.hash}")
+                raise Rejected(f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.xorb_hex}")
 
     def _check_file(self, info, layouts: dict[bytes, XorbLayout], checked: dict[tuple[bytes, int, int], tuple[bytes, int]]) -> None:
         """Verification hashes, term lengths and the file hash against the stored xorbs.
@@ -219,9 +219,9 @@ class CasStore:
                 checked[key] = (hashes.verification_hash(term_hashes), sum(term_sizes))
             expected, length = checked[key]
             if expected != verification:
-                raise Rejected(f"file {name}: a verification hash does not match xorb {layout.hash}")
+                raise Rejected(f"file {name}: a verification hash does not match xorb {layout.xorb_hex}")
             if length != term.unpacked_bytes:
-                raise Rejected(f"file {name}: a term's length does not match xorb {layout.hash}")
+                raise Rejected(f"file {name}: a term's length does not match xorb {layout.xorb_hex}")
             all_hashes += term_hashes
             all_sizes += term_sizes
         if hashes.file_hash(all_hashes, all_sizes) != info.file_hash:
@@ -304,8 +304,8 @@ class CasStore:
         for stored, claim in to_verify:
             actual = self._sha256_of(stored, advance)
             if actual != claim:
-                raise Rejected(f"file {stored.hash}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
-            oids[stored.hash] = computed[stored.hash] = actual
+                raise Rejected(f"file {stored.file_hex}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
+            oids[stored.file_hex] = computed[stored.file_hex] = actual
 
         files = []
         for info in shard.files:
@@ -332,7 +332,7 @@ class CasStore:
 
     def _verified_sha256(self, file_hex: str) -> str | None:
         stored = self.index.get_file(file_hex)
-        return stored.sha256 if stored else None
+        return stored.sha256_hex if stored else None
 
     # ------------------------------------------------------------------ queries
 
@@ -347,7 +347,7 @@ class CasStore:
             xorb_hex = hashes.hash_to_hex(term.xorb_hash)
             layout = self.xorb_layout(xorb_hex)
             if layout is None:
-                raise Damaged(f"xorb {xorb_hex} of file {stored.hash} is missing")
+                raise Damaged(f"xorb {xorb_hex} of file {stored.file_hex} is missing")
             start, end = layout.byte_range(term.chunk_start, term.chunk_end)
             data = self.read_xorb_range(xorb_hex, start, end)
             records, _ = parse_chunk_records(data)

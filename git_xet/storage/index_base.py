@@ -52,7 +52,7 @@ _TERM = struct.Struct("<32sIIII")
 class XorbLayout:
     """What the server knows of a stored xorb without reading it."""
 
-    hash: str
+    xorb_hex: str
     chunk_hashes: tuple[XetHash, ...]
     byte_ends: tuple[int, ...]
     chunk_sizes: tuple[int, ...]
@@ -65,9 +65,11 @@ class XorbLayout:
 
 @dataclass(frozen=True)
 class StoredFile:
-    hash: str
+    """A file the index holds: its terms, and its sha256 once verified from the stored bytes."""
+
+    file_hex: str
     size: int
-    sha256: str | None
+    sha256_hex: str | None
     terms: tuple[FileTerm, ...]
 
 
@@ -75,10 +77,10 @@ class StoredFile:
 class FileRegistration:
     """One file of a shard, as CasStore verified it."""
 
-    hash: str
+    file_hex: str
     size: int
     terms: tuple[FileTerm, ...]
-    computed_sha256: str | None  # computed here from the bytes: recorded as the file's sha256
+    computed_sha256_hex: str | None  # computed here from the bytes: recorded as the file's sha256
     oid: str | None  # the Git LFS oid to map in the repo (computed, known, or vouched for)
 
 
@@ -169,7 +171,7 @@ def unpack_u32s(blob: bytes) -> tuple[int, ...]:
 def layout_row(layout: XorbLayout, body_size: int) -> tuple:
     """The xorbs row: hash, num_chunks, body_size, unpacked_size, hashes, byte ends, sizes."""
     return (
-        layout.hash,
+        layout.xorb_hex,
         len(layout.chunk_hashes),
         body_size,
         sum(layout.chunk_sizes),
