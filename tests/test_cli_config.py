@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from git_xet.agent.summary import PushTotals, describe
 from git_xet.client.location import STORE_MARKER, LocationError, create_local_store, parse_store_location
 from git_xet.client.retry import MAX_RETRY_AFTER, RetryPolicy
+from git_xet.core.http_headers import bearer
 from tests.datagen import random_bytes
 from tests.gitenv import GitEnv, make_git_env, run_git_xet
 from tests.server_process import running_server
@@ -168,7 +169,7 @@ def test_token_refuses_a_directory_that_is_not_a_server_data_dir(tmp_path: Path)
         import httpx
 
         token = g.git_xet("token", "--data", str(srv.data_dir), "--scope", "read").stdout.strip()
-        resp = httpx.get(f"{srv.url}/v1/reconstructions/{'0' * 64}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        resp = httpx.get(f"{srv.url}/v1/reconstructions/{'0' * 64}", headers=bearer(token), timeout=30)
         assert resp.status_code == 404 and "not found" in resp.json()["error"]  # accepted, file unknown
 
 

@@ -18,6 +18,7 @@ from git_xet.client.shard_cache import ShardCache
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
 from git_xet.core.constants import MAX_XORB_BYTES
+from git_xet.core.http_headers import bearer
 from git_xet.pipelines.download import IntegrityError, download, download_to_path
 from git_xet.pipelines.upload import Uploader
 from tests import hf_xet_oracle
@@ -225,7 +226,7 @@ def test_refreshing_token_source_against_hub_routes(server: RunningServer, tmp_p
     from git_xet.client.tokens import RefreshingToken
 
     http = make_http_client()
-    tokens = RefreshingToken(f"{server.url}/api/models/acme/m/xet-write-token/main", {"Authorization": f"Bearer {server.token('write', repo='acme/m')}"}, http)
+    tokens = RefreshingToken(f"{server.url}/api/models/acme/m/xet-write-token/main", bearer(server.token('write', repo='acme/m')), http)
     backend = HttpCasBackend(server.url, tokens, policy=FAST_RETRY, http=http)
     with Uploader(backend) as up:
         r = up.add_bytes(b"via a refreshed token" * 1000)
