@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from git_xet.core import hashes
 from git_xet.core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileInfo, FileTerm, Shard, serialize_shard
+from git_xet.core.xorb import XorbLayout
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.errors import Conflict, Misconfigured
 from git_xet.storage.index_base import (
@@ -31,7 +32,6 @@ from git_xet.storage.index_base import (
     MetadataIndex,
     ShardRegistration,
     StoredFile,
-    XorbLayout,
     copy_index,
     layout_row,
     pack_terms,
@@ -88,11 +88,11 @@ CHUNKS = [bytes([i]) * 32 for i in range(1, 7)]
 
 
 def _hex(b: bytes) -> str:
-    return b.hex()
+    return hashes.hash_to_hex(b)
 
 
 layouts = st.builds(
-    lambda xorb, chunks, sizes: XorbLayout(_hex(xorb), tuple(chunks), tuple(itertools.accumulate(s + 8 for s in sizes)), tuple(sizes)),
+    lambda xorb, chunks, sizes: XorbLayout(xorb, tuple(chunks), tuple(itertools.accumulate(s + 8 for s in sizes)), tuple(sizes)),
     st.sampled_from(XORBS),
     st.lists(st.sampled_from(CHUNKS), min_size=3, max_size=3),
     st.lists(st.integers(1, 70_000), min_size=3, max_size=3),
@@ -244,7 +244,7 @@ def test_concurrent_registrations_of_one_shard_count_once(make_index) -> None:
     """Eight writers, each on its own connection, register the same shard for the same repo:
     exactly one sees it as new; the rows are those of one registration."""
     index = make_index()
-    xorb = XorbLayout(_hex(XORBS[0]), (CHUNKS[0],), (1008,), (1000,))
+    xorb = XorbLayout(XORBS[0], (CHUNKS[0],), (1008,), (1000,))
     index.add_xorb(xorb, 1008)
     files = tuple(FileRegistration(f, 1000, (FileTerm(XORBS[0], 1000, 0, 1),), None, OIDS[i % 3]) for i, f in enumerate(FILES))
     shard = ShardRegistration("s", 123, "default", files, ((CHUNKS[0], _hex(XORBS[0])),))
@@ -273,10 +273,10 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
     xorb is gone."""
     index = make_index()
     for round_ in range(15):
-        xorb = XorbLayout(f"{round_:02x}" * 32, (CHUNKS[0],), (1008,), (1000,))
+        xorb = XorbLayout(hashes.hex_to_hash(f"{round_:02x}" * 32), (CHUNKS[0],), (1008,), (1000,))
         index.add_xorb(xorb, 1008)
         file_hex = f"{0x80 + round_:02x}" * 32
-        shard = ShardRegistration(f"race{round_}", 100, "default", (FileRegistration(file_hex, 1000, (FileTerm(bytes.fromhex(xorb.xorb_hex), 1000, 0, 1),), None, None),))
+        shard = ShardRegistration(f"race{round_}", 100, "default", (FileRegistration(file_hex, 1000, (FileTerm(xorb.xorb_hash, 1000, 0, 1),), None, None),))
         outcome: dict[str, object] = {}
         barrier = threading.Barrier(2)
 
@@ -310,7 +310,7 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
 def test_a_damaged_xorb_is_replaced_once_under_concurrency(make_index) -> None:
     """add_xorb's before_insert runs for exactly one of many racing writers."""
     index = make_index()
-    layout = XorbLayout(_hex(XORBS[1]), (CHUNKS[0],), (100,), (92,))
+    layout = XorbLayout(XORBS[1], (CHUNKS[0],), (100,), (92,))
     calls: list[int] = []
     barrier = threading.Barrier(6)
     results: list[bool] = []
@@ -369,7 +369,7 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
     """Version 1 had no xorb_refs: opening it adds the table and fills it from the files' terms,
     keeping every row; gc then sees which xorbs are in use."""
     index = make_index()
-    used, spare = (XorbLayout(_hex(x), (CHUNKS[0],), (1008,), (1000,)) for x in XORBS[:2])
+    used, spare = (XorbLayout(x, (CHUNKS[0],), (1008,), (1000,)) for x in XORBS[:2])
     file_hex = FILES[0]
     terms = (FileTerm(XORBS[0], 1000, 0, 1), FileTerm(XORBS[0], 1000, 0, 1))
     if isinstance(index, SqliteIndex):
@@ -413,7 +413,7 @@ def test_copy_index_between_implementations(postgres: Postgres, tmp_path: Path) 
     unchanged, in several batches per table."""
     source = SqliteIndex(tmp_path / "source.sqlite")
     for i, x in enumerate(XORBS):
-        source.add_xorb(XorbLayout(_hex(x), (CHUNKS[i], CHUNKS[i + 1]), (1008, 2016), (1000, 1000)), 2016)
+        source.add_xorb(XorbLayout(x, (CHUNKS[i], CHUNKS[i + 1]), (1008, 2016), (1000, 1000)), 2016)
     for i, file_hex in enumerate(FILES[:3]):
         files = (FileRegistration(file_hex, 2000, (FileTerm(XORBS[i], 2000, 0, 2),), OIDS[i], OIDS[i]),)
         source.register_shard(ShardRegistration(f"s{i}", 10 + i, REPOS[i % 2], files, ((CHUNKS[i], _hex(XORBS[i])),)))

@@ -15,7 +15,7 @@ from git_xet.core import hashes
 from git_xet.core.constants import MAX_CHUNK_SIZE
 from git_xet.core.reconstruction import Reconstruction
 from git_xet.core.shard import FileTerm
-from git_xet.storage.cas_store import XorbLayout
+from git_xet.core.xorb import XorbLayout
 from git_xet.storage.planning import MAX_FETCH_BYTES, plan_reconstruction
 
 KIB = 1024
@@ -27,8 +27,7 @@ def _layout(index: int, sizes: list[int], ratios: list[float]) -> XorbLayout:
     for size, ratio in zip(sizes, ratios):
         pos += 8 + max(1, int(size * ratio))
         ends.append(pos)
-    name = hashes.hash_to_hex(bytes([index]) * 32)
-    return XorbLayout(name, tuple(bytes([index, i % 256]) * 16 for i in range(len(sizes))), tuple(ends), tuple(sizes))
+    return XorbLayout(hashes.XetHash(bytes([index]) * 32), tuple(bytes([index, i % 256]) * 16 for i in range(len(sizes))), tuple(ends), tuple(sizes))
 
 
 @st.composite

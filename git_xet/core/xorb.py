@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .compression import CompressionScheme, compress_chunk, decompress, predict_scheme
 from .constants import HASH_SIZE, MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
 from .errors import FormatError, HashMismatchError, TruncatedError
-from .hashes import XetHash, chunk_hash, xorb_hash
+from .hashes import XetHash, chunk_hash, hash_to_hex, xorb_hash
 
 CHUNK_HEADER_SIZE = 8
 CHUNK_FORMAT_VERSION = 0
@@ -211,14 +211,35 @@ def decode_all_chunks(data: bytes | memoryview, records: Sequence[ChunkRecord]) 
 
 
 @dataclass(frozen=True)
-class VerifiedXorb:
-    """A xorb body whose chunks were decoded and hashed: what a server stores."""
+class XorbLayout:
+    """A xorb's chunk list without its bytes: what the server's index keeps per stored xorb and
+    reconstruction planning cuts fetch ranges from. (XorbFooter is the same list in its wire
+    form; a shard's CasInfo in the shard's.)"""
 
     xorb_hash: XetHash
-    body: bytes | memoryview  # a view when the builder wrote into a caller's buffer
     chunk_hashes: tuple[XetHash, ...]
-    chunk_sizes: tuple[int, ...]
-    byte_ends: tuple[int, ...]
+    byte_ends: tuple[int, ...]  # where each chunk's record ends in the footerless body
+    chunk_sizes: tuple[int, ...]  # uncompressed
+
+    @property
+    def xorb_hex(self) -> str:
+        return hash_to_hex(self.xorb_hash)
+
+    def byte_range(self, chunk_start: int, chunk_end: int) -> tuple[int, int]:
+        """Inclusive byte range of chunks [chunk_start, chunk_end) in the stored xorb."""
+        start = self.byte_ends[chunk_start - 1] if chunk_start else 0
+        return start, self.byte_ends[chunk_end - 1] - 1
+
+
+@dataclass(frozen=True)
+class VerifiedXorb(XorbLayout):
+    """A xorb body whose chunks were decoded and hashed: what a server stores."""
+
+    body: bytes | memoryview  # a view when the builder wrote into a caller's buffer
+
+    def layout(self) -> XorbLayout:
+        """The chunk list alone, to keep without pinning the body."""
+        return XorbLayout(self.xorb_hash, self.chunk_hashes, self.byte_ends, self.chunk_sizes)
 
     def footer(self) -> XorbFooter:
         unpacked_ends = []
@@ -267,7 +288,7 @@ def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) ->
         raise HashMismatchError("xorb footer hashes do not match its chunks")
     # A footerless bytes body (the upload form) is kept as is: no 64 MiB copy.
     body = data if isinstance(data, bytes) and parsed.body_length == len(data) else bytes(view[: parsed.body_length])
-    return VerifiedXorb(digest, body, hashes, sizes, tuple(r.end for r in parsed.records))
+    return VerifiedXorb(digest, hashes, tuple(r.end for r in parsed.records), sizes, body)
 
 
 class XorbBuilder:
@@ -358,8 +379,8 @@ class XorbBuilder:
             body = memoryview(self._buffer)[: self._body_size]
         return VerifiedXorb(
             xorb_hash(self._hashes, self._sizes),
-            body,
             tuple(self._hashes),
-            tuple(self._sizes),
             tuple(self._byte_ends),
+            tuple(self._sizes),
+            body,
         )

@@ -29,9 +29,9 @@ from pathlib import Path
 from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CasInfo, Shard, parse_shard
-from ..core.xorb import VerifiedXorb, decode_chunk, parse_chunk_records, verify_xorb
+from ..core.xorb import VerifiedXorb, XorbLayout, decode_chunk, parse_chunk_records, verify_xorb
 from .errors import Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
-from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, XorbLayout, open_index
+from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, open_index
 from .objects import DirectoryObjectStore, ObjectStore
 from .work_budget import check_reference_budget
 
@@ -44,10 +44,6 @@ log = logging.getLogger("git_xet.storage")
 # and one 48-byte term can name up to 8192 chunks: without a bound a 64 MiB shard of repeated
 # terms asks for billions of them (hours, and more memory than the machine has).
 MAX_SHARD_CHUNK_REFERENCES = 1 << 23
-
-
-def _layout_of(xorb_hex: str, verified: VerifiedXorb) -> XorbLayout:
-    return XorbLayout(xorb_hex, tuple(verified.chunk_hashes), tuple(verified.byte_ends), tuple(verified.chunk_sizes))
 
 
 class CasStore:
@@ -127,7 +123,7 @@ class CasStore:
                 log.info("xorb %s was collected while being indexed; storing it again", xorb_hex)
                 self.objects.put(key, verified.body, verified.footer().serialize())
 
-        self.index.add_xorb(_layout_of(xorb_hex.lower(), verified), len(verified.body), before_insert=ensure_stored)
+        self.index.add_xorb(verified.layout(), len(verified.body), before_insert=ensure_stored)
 
     def _index_stored_xorb(self, xorb_hex: str, ours: VerifiedXorb) -> None:
         """Another writer created this xorb's object first: index what it stored.
@@ -144,7 +140,7 @@ class CasStore:
                 log.warning("xorb %s was damaged on disk; replacing it with a verified upload", xorb_hex)
                 self.objects.put(key, ours.body, ours.footer().serialize())
 
-            self.index.add_xorb(_layout_of(xorb_hex.lower(), ours), len(ours.body), before_insert=replace)
+            self.index.add_xorb(ours.layout(), len(ours.body), before_insert=replace)
             return
         self._index_xorb(xorb_hex, verified)
 

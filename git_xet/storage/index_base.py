@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..core.hashes import XetHash, hash_to_hex
+from ..core.hashes import XetHash, hash_to_hex, hex_to_hash
 from ..core.shard import FileTerm
+from ..core.xorb import XorbLayout
 from .errors import Misconfigured
 
 DEFAULT_REPO = "default"
@@ -46,21 +47,6 @@ COLUMNS = {
 }
 
 _TERM = struct.Struct("<32sIIII")
-
-
-@dataclass(frozen=True)
-class XorbLayout:
-    """What the server knows of a stored xorb without reading it."""
-
-    xorb_hex: str
-    chunk_hashes: tuple[XetHash, ...]
-    byte_ends: tuple[int, ...]
-    chunk_sizes: tuple[int, ...]
-
-    def byte_range(self, chunk_start: int, chunk_end: int) -> tuple[int, int]:
-        """Inclusive byte range of chunks [chunk_start, chunk_end) in the stored xorb."""
-        start = self.byte_ends[chunk_start - 1] if chunk_start else 0
-        return start, self.byte_ends[chunk_end - 1] - 1
 
 
 @dataclass(frozen=True)
@@ -184,7 +170,7 @@ def layout_row(layout: XorbLayout, body_size: int) -> tuple:
 def layout_from_row(xorb_hex: str, blob: bytes, ends: bytes, sizes: bytes) -> XorbLayout:
     blob, ends, sizes = bytes(blob), bytes(ends), bytes(sizes)
     chunk_hashes = tuple(XetHash(blob[i : i + 32]) for i in range(0, len(blob), 32))
-    return XorbLayout(xorb_hex, chunk_hashes, unpack_u32s(ends), unpack_u32s(sizes))
+    return XorbLayout(hex_to_hash(xorb_hex), chunk_hashes, unpack_u32s(ends), unpack_u32s(sizes))
 
 
 def xorbs_of(terms: tuple[FileTerm, ...]) -> list[str]:

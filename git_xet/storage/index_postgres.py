@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from ..core.xorb import XorbLayout
 from .errors import Conflict, Misconfigured, Unavailable
-from .index_base import COLUMNS, TABLES, ShardRegistration, StoredFile, XorbLayout, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, TABLES, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 log = logging.getLogger("git_xet.storage")
 T = TypeVar("T")

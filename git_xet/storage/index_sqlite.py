@@ -29,8 +29,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..core.xorb import XorbLayout
 from .errors import Conflict, Misconfigured
-from .index_base import COLUMNS, DEFAULT_REPO, TABLES, ShardRegistration, StoredFile, XorbLayout, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, DEFAULT_REPO, TABLES, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS xorbs (
