@@ -55,7 +55,7 @@ if phase == "up":
 else:
     from git_xet.pipelines.download import download_to_path
     info = json.loads(src)
-    download_to_path(backend, info["hash"], Path(out), size=info["size"], sha256=info["sha256"])
+    download_to_path(backend, info["hash"], Path(out), size=info["size"], sha256_hex=info["sha256"])
 print(json.dumps({"seconds": time.perf_counter() - t, "info": info}))
 """
 

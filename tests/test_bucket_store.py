@@ -76,7 +76,7 @@ def test_layout_second_machine_and_dedup_through_the_bucket(tmp_path: Path, seaw
     assert other.file_for_sha256(hashlib.sha256(data).hexdigest()) == v1.file_hex
     assert other.file_for_sha256("0" * 64) is None
     out = io.BytesIO()
-    result = download(other, v1.file_hex, out, sha256=hashlib.sha256(data).hexdigest())
+    result = download(other, v1.file_hex, out, sha256_hex=hashlib.sha256(data).hexdigest())
     assert out.getvalue() == data and result.verified_file_hash
     part = io.BytesIO()
     download(other, v1.file_hex, part, byte_range=(1_000_000, 5_000_000))
@@ -92,7 +92,7 @@ def test_layout_second_machine_and_dedup_through_the_bucket(tmp_path: Path, seaw
     assert added < 0.05 * len(data), added
     assert v2.deduped_bytes > 0.9 * len(data)
     out = io.BytesIO()
-    download(BucketBackend(_objects(seaweed, bucket)), v2.file_hex, out, sha256=hashlib.sha256(v2_data).hexdigest())
+    download(BucketBackend(_objects(seaweed, bucket)), v2.file_hex, out, sha256_hex=hashlib.sha256(v2_data).hexdigest())
     assert out.getvalue() == v2_data
 
 

@@ -119,7 +119,7 @@ def test_local_store_round_trips_every_layout(layout: Layout) -> None:
             result = up.add_bytes(data)
             up.finalize()
         dest = Path(tmp) / "out"
-        download_to_path(backend, result.file_hex, dest, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        download_to_path(backend, result.file_hex, dest, size=len(data), sha256_hex=hashlib.sha256(data).hexdigest())
         assert dest.read_bytes() == data
         _check_slice(backend, result.file_hex, data, random.Random(len(data)))
 
@@ -155,7 +155,7 @@ def test_server_round_trips_every_layout_with_hf_xet_both_ways(servers, layout: 
         with Uploader(backend) as up:
             result = up.add_file(source)
             up.finalize()
-        download_to_path(backend, result.file_hex, tmp / "ours-ours", size=len(data), sha256=sha256)
+        download_to_path(backend, result.file_hex, tmp / "ours-ours", size=len(data), sha256_hex=sha256)
         assert (tmp / "ours-ours").read_bytes() == data
         _check_slice(backend, result.file_hex, data, random.Random(len(data)))
         hf_xet_oracle.remote_download([(tmp / "ours-hf", result.file_hex, len(data))], ours.url, our_token, tmp / "hf1")
@@ -165,7 +165,7 @@ def test_server_round_trips_every_layout_with_hf_xet_both_ways(servers, layout: 
         (uploaded,) = hf_xet_oracle.remote_upload([source], theirs.url, their_token, tmp / "hf2")
         assert uploaded["hash"] == result.file_hex  # same chunking, same file hash
         backend = _http(theirs, their_token)
-        download_to_path(backend, uploaded["hash"], tmp / "hf-ours", size=len(data), sha256=sha256)
+        download_to_path(backend, uploaded["hash"], tmp / "hf-ours", size=len(data), sha256_hex=sha256)
         assert (tmp / "hf-ours").read_bytes() == data
         _check_slice(backend, uploaded["hash"], data, random.Random(len(data) + 1))
 

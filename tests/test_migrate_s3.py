@@ -63,7 +63,7 @@ def test_a_server_moves_its_objects_to_a_bucket(tmp_path: Path, seaweed: Running
         backend = HttpCasBackend(server.url, StaticToken(server.token("read")))
         for file_hash, content in zip(file_hashes, FILES):
             out = io.BytesIO()
-            download(backend, file_hash, out, sha256=hashlib.sha256(content).hexdigest())
+            download(backend, file_hash, out, sha256_hex=hashlib.sha256(content).hexdigest())
             assert out.getvalue() == content
 
 
@@ -77,7 +77,7 @@ def test_a_directory_store_becomes_a_bucket_store(tmp_path: Path, seaweed: Runni
     for file_hash, content in zip(file_hashes, FILES):
         assert backend.file_for_sha256(hashlib.sha256(content).hexdigest()) == file_hash
         out = io.BytesIO()
-        download(backend, file_hash, out, sha256=hashlib.sha256(content).hexdigest())
+        download(backend, file_hash, out, sha256_hex=hashlib.sha256(content).hexdigest())
         assert out.getvalue() == content
 
 

@@ -67,7 +67,7 @@ def test_round_trips(kind: str, server: RunningServer, tmp_path: Path) -> None:
         assert r.file_hex == hashes.hash_to_hex(hashes.file_hash(*_chunks(data)))
         assert r.sha256_hex == hashlib.sha256(data).hexdigest()
         dest = tmp_path / "out" / name
-        download_to_path(backend, r.file_hex, dest, size=len(data), sha256=r.sha256_hex)
+        download_to_path(backend, r.file_hex, dest, size=len(data), sha256_hex=r.sha256_hex)
         assert dest.read_bytes() == data, name
         assert oct(dest.stat().st_mode & 0o777) == "0o644"
     big = CONTENTS["multi-xorb"]
@@ -104,7 +104,7 @@ def test_second_version_sends_only_changed_chunks(kind: str, server: RunningServ
     assert _stored_xorb_bytes(data_dir) - before < 0.02 * len(v2)
     assert up.stats.global_queries == 0
     out = io.BytesIO()
-    download(backend, r2.file_hex, out, sha256=r2.sha256_hex)
+    download(backend, r2.file_hex, out, sha256_hex=r2.sha256_hex)
     assert out.getvalue() == v2
 
 
@@ -116,7 +116,7 @@ def test_interop_with_hf_xet_both_ways(server: RunningServer, tmp_path: Path) ->
     backend = _http(server)
     # We download what hf-xet uploaded.
     out = io.BytesIO()
-    download(backend, info["hash"], out, sha256=hashlib.sha256(theirs).hexdigest())
+    download(backend, info["hash"], out, sha256_hex=hashlib.sha256(theirs).hexdigest())
     assert out.getvalue() == theirs
     # We dedup against it through the global dedup API (fresh cache), then hf-xet reads ours.
     ours = theirs[:2_000_000] + b"local edit" + theirs[2_000_000:]
@@ -142,7 +142,7 @@ def test_transient_faults_are_retried(server: RunningServer, tmp_path: Path) -> 
             r = up.add_bytes(data)
             up.finalize()
         out = io.BytesIO()
-        download(backend, r.file_hex, out, sha256=r.sha256_hex)
+        download(backend, r.file_hex, out, sha256_hex=r.sha256_hex)
     assert out.getvalue() == data
     assert plan.faults_injected == 7
 
@@ -175,7 +175,7 @@ def test_expired_xorb_urls_are_refreshed(tmp_path: Path) -> None:
 
         slow = SlowFirstFetch(srv.url, StaticToken(srv.token("read")), policy=FAST_RETRY)
         out = io.BytesIO()
-        download(slow, r.file_hex, out, sha256=r.sha256_hex)
+        download(slow, r.file_hex, out, sha256_hex=r.sha256_hex)
         assert out.getvalue() == data
         assert slow.delayed
 
@@ -217,7 +217,7 @@ def test_resume_after_interrupted_upload_does_not_resend_xorbs(server: RunningSe
         up.finalize()
     assert up.stats.xorb_bytes_sent == 0 and r.new_bytes == 0
     out = io.BytesIO()
-    download(backend, r.file_hex, out, sha256=r.sha256_hex)
+    download(backend, r.file_hex, out, sha256_hex=r.sha256_hex)
     assert out.getvalue() == data
 
 

@@ -83,7 +83,7 @@ def test_our_client_puts_into_the_bucket_and_downloads_from_it(tmp_path: Path, s
         assert urls and all(u.startswith(seaweed.endpoint + "/") for u in urls)
         before = len(_requests(server))
         out = io.BytesIO()
-        download(backend, result.file_hex, out, sha256=hashlib.sha256(DATA).hexdigest())
+        download(backend, result.file_hex, out, sha256_hex=hashlib.sha256(DATA).hexdigest())
         assert out.getvalue() == DATA
         assert not any(r["path"].startswith("/v1/xorb-data") for r in _requests(server)[before:])
 
@@ -187,7 +187,7 @@ def test_post_xorbs_still_works_on_a_bucket(tmp_path: Path, seaweed: RunningS3) 
         assert _calls(server)[("POST", "xorbs", 200)] == 2
         assert len(_keys(bucket, "xorbs/")) == 2
         out = io.BytesIO()
-        download(backend, result.file_hex, out, sha256=hashlib.sha256(data).hexdigest())
+        download(backend, result.file_hex, out, sha256_hex=hashlib.sha256(data).hexdigest())
         assert out.getvalue() == data
 
 

@@ -54,7 +54,7 @@ def _round_trip(url: str, token: str, data: bytes) -> str:
         result = up.add_bytes(data)
         up.finalize()
     out = io.BytesIO()
-    download(backend, result.file_hex, out, sha256=hashlib.sha256(data).hexdigest())
+    download(backend, result.file_hex, out, sha256_hex=hashlib.sha256(data).hexdigest())
     assert out.getvalue() == data
     return result.file_hex
 

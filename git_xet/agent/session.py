@@ -148,7 +148,7 @@ class AgentSession:
         os.umask(umask)
         # Not fsynced: git-lfs hashes the file again and moves it into its object store; a crash
         # before then loses a temp file, never an object.
-        download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, durable=False, size=req.size, sha256=req.oid, progress=progress.add)
+        download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, durable=False, size=req.size, sha256_hex=req.oid, progress=progress.add)
         return str(dest)
 
     def close(self) -> None:

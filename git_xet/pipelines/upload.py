@@ -238,10 +238,10 @@ class Uploader:
         while the rest of the file is still being read. `consumed(offset)` is told how far
         every reader got, so a mapped file can drop the pages behind them.
         """
-        sha256 = hashlib.sha256()
+        hasher = hashlib.sha256()
         state = _FileState()
         query_global = self.global_dedup and len(view) >= GLOBAL_DEDUP_MIN_FILE
-        for end, chunk_digest in iter_chunk_hashes(view, sha256=sha256):
+        for end, chunk_digest in iter_chunk_hashes(view, sha256_hasher=hasher):
             state.hashes.append(chunk_digest)
             state.offsets.append(end)
             self._note_key_chunk(state)
@@ -254,7 +254,7 @@ class Uploader:
         self._probe(state)
         while state.placed < len(state.hashes):
             self._place_next(state, view)
-        sha_digest = sha256.digest()
+        sha_digest = hasher.digest()
         sizes = [b - a for a, b in zip(state.offsets, state.offsets[1:])]
         file_digest = FileDigest.of_chunks(state.hashes, sizes, sha_digest)
         result = UploadedFile(hash_to_hex(file_digest.file_hash), file_digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
