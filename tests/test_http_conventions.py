@@ -9,38 +9,60 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from git_xet.client.errors import error_from_body
+import httpx
+import pytest
+
+from git_xet.client.errors import TransferError, error_from_body
+from git_xet.client.http_backend import HttpCasBackend
+from git_xet.client.http_errors import status_error
 from git_xet.core.http_headers import CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, bearer, header_value
 from git_xet.server.auth import presented_token
-from git_xet.server.http_io import error_frame, error_response
+from git_xet.server.errors import RequestRefused, error_frame, error_response, lfs_error_response, retryable
 
 MESSAGES = st.text(min_size=1, max_size=300)
 CODES = st.none() | st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=20)
 
 
-@given(st.integers(400, 599), MESSAGES, CODES)
+STATUSES = st.sampled_from([400, 401, 403, 404, 409, 413, 416, 500, 503, 507])
+
+
+@given(STATUSES, MESSAGES, CODES)
 def test_cas_error_bodies_read_back(status: int, message: str, code: str | None) -> None:
-    response = error_response(status, message, code)
+    response = error_response(RequestRefused(status, message, code))
     assert response.status_code == status and response.headers["cache-control"] == "no-store"
-    body = error_from_body(response.body)
+    body = error_from_body(bytes(response.body))
     assert (body.message, body.code) == (message, code)
 
 
-@given(st.integers(400, 599), MESSAGES)
+@given(STATUSES, MESSAGES)
 def test_lfs_error_bodies_read_back_in_git_lfs_shape(status: int, message: str) -> None:
-    response = error_response(status, message, lfs=True)
+    response = lfs_error_response(status, message)
     assert json.loads(response.body) == {"message": message}  # what git-lfs prints
     assert response.headers["content-type"].startswith(LFS_MEDIA_TYPE)
     assert ("lfs-authenticate" in response.headers) == (status == 401)
-    assert error_from_body(response.body).message == message
+    assert error_from_body(bytes(response.body)).message == message
 
 
-@given(MESSAGES, st.booleans(), CODES)
-def test_stream_error_frames_read_back(message: str, retryable: bool, code: str | None) -> None:
-    line = json.dumps(error_frame(message, retryable=retryable, code=code))
-    assert json.loads(line)["retryable"] is retryable
-    body = error_from_body(line)
-    assert (body.message, body.code) == (message, code)
+@given(STATUSES, MESSAGES, CODES)
+def test_a_refusal_is_the_same_client_error_as_an_answer_and_as_a_stream_frame(status: int, message: str, code: str | None) -> None:
+    """A refusal before the status line (a JSON answer) and after it (an NDJSON frame of
+    POST /v2/shards) raise the same client error class with the same code."""
+    refused = RequestRefused(status, message, code)
+    answered = status_error("shard upload", httpx.Response(status, content=bytes(error_response(refused).body)))
+    frame = error_frame(refused)
+    assert frame["retryable"] is retryable(refused)
+    with pytest.raises(TransferError) as streamed:
+        HttpCasBackend._read_shard_frames(json.dumps(frame) + "\n")
+    assert type(streamed.value) is type(answered) and streamed.value.code == answered.code == code
+    assert message[:100] in str(streamed.value) and message[:100] in str(answered)
+
+
+def test_an_unexpected_error_is_a_retryable_frame_without_details() -> None:
+    frame = error_frame(None, "internal error registering the shard")
+    assert frame == {"type": "error", "message": "internal error registering the shard", "retryable": True}
+    with pytest.raises(TransferError) as streamed:
+        HttpCasBackend._read_shard_frames(json.dumps(frame))
+    assert streamed.value.retryable
 
 
 def _not_json(text: str) -> bool:
