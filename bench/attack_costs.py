@@ -39,6 +39,7 @@ from common import MIB, ROOT, write_json  # noqa: F401  (common puts the repo on
 import httpx
 
 from git_xet.core import hashes, shard, xorb
+from git_xet.core.http_headers import bearer
 from git_xet.pipelines.file_hashing import hash_bytes
 
 
@@ -105,10 +106,6 @@ class PeakRss:
         self._thread.join()
 
 
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def _send(url: str, head: bytes, pieces: int, piece: bytes, tail: bytes = b"") -> int:
     """Send head, `pieces` times `piece`, then tail, as far as the server lets us: its status (0: reset)."""
     parts = urlsplit(url)
@@ -155,13 +152,13 @@ def fanout(srv: Server) -> dict:
         piece = i.to_bytes(4, "little")
         builder.add(piece, hashes.chunk_hash(piece))
     built = builder.build()
-    httpx.post(f"{srv.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token), timeout=60)
+    httpx.post(f"{srv.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=bearer(token), timeout=60)
     term = shard.FileTerm(built.xorb_hash, sum(built.chunk_sizes), 0, 8192)
     info = shard.FileInfo(bytes(range(32)), (term,) * 780, (hashes.verification_hash(built.chunk_hashes),) * 780, None)
     body = shard.serialize_shard(shard.Shard((info,)), with_footer=False)
     cpu, rss = srv.cpu(), srv.rss()
     with PeakRss(srv) as peak:
-        status = httpx.post(f"{srv.url}/v1/shards", content=body, headers=_auth(token), timeout=600).status_code
+        status = httpx.post(f"{srv.url}/v1/shards", content=body, headers=bearer(token), timeout=600).status_code
     return {"shard_kib": len(body) // 1024, "status": status, "cpu_s": round(srv.cpu() - cpu, 2), "rss_growth_mib": round((peak.value - rss) / MIB)}
 
 
@@ -211,11 +208,11 @@ def _upload(srv: Server, token: str, data: bytes, sha256: bytes | None) -> int:
         builder.add(data[pos : pos + size], chunk)
         pos += size
     built = builder.build()
-    httpx.post(f"{srv.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token), timeout=60)
+    httpx.post(f"{srv.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=bearer(token), timeout=60)
     term = shard.FileTerm(built.xorb_hash, len(data), 0, len(built.chunk_hashes))
     info = shard.FileInfo(digest.file_hash, (term,) if data else (), (hashes.verification_hash(built.chunk_hashes),) if data else (), sha256)
     body = shard.serialize_shard(shard.Shard((info,)), with_footer=False)
-    return httpx.post(f"{srv.url}/v1/shards", content=body, headers=_auth(token), timeout=60).status_code
+    return httpx.post(f"{srv.url}/v1/shards", content=body, headers=bearer(token), timeout=60).status_code
 
 
 def emptyoid(srv: Server) -> dict:
@@ -225,11 +222,11 @@ def emptyoid(srv: Server) -> dict:
     oid = hashlib.sha256(victim).hexdigest()
     info = shard.FileInfo(bytes(32), (), (), hashlib.sha256(victim).digest())
     body = shard.serialize_shard(shard.Shard((info,)), with_footer=False)
-    status = httpx.post(f"{srv.url}/v1/shards", content=body, headers=_auth(token), timeout=60).status_code
+    status = httpx.post(f"{srv.url}/v1/shards", content=body, headers=bearer(token), timeout=60).status_code
     answer = httpx.post(
         f"{srv.url}/{repo}.git/info/lfs/objects/batch",
         json={"operation": "upload", "transfers": ["xet"], "objects": [{"oid": oid, "size": len(victim)}]},
-        headers=_auth(token), timeout=60,
+        headers=bearer(token), timeout=60,
     ).json()  # fmt: skip
     return {"shard_status": status, "victim_told_already_stored": "actions" not in answer["objects"][0]}
 
@@ -238,15 +235,15 @@ def crossrepo(srv: Server) -> dict:
     data = os.urandom(100_000)
     _upload(srv, srv.token("team-a/private"), data, hashlib.sha256(data).digest())
     file_hex = hashes.hash_to_hex(hash_bytes(data).file_hash)
-    status = httpx.get(f"{srv.url}/v1/reconstructions/{file_hex}", headers=_auth(srv.token("team-b/other", "read")), timeout=60).status_code
+    status = httpx.get(f"{srv.url}/v1/reconstructions/{file_hex}", headers=bearer(srv.token("team-b/other", "read")), timeout=60).status_code
     return {"reconstruction_status": status}
 
 
 def casrefresh(srv: Server) -> dict:
     repo = "acme/model"
     user = srv.token(repo)
-    cas = httpx.get(f"{srv.url}/api/models/{repo}/xet-write-token/main", headers=_auth(user), timeout=60).json()["accessToken"]
-    return {"status": httpx.get(f"{srv.url}/api/models/{repo}/xet-write-token/main", headers=_auth(cas), timeout=60).status_code}
+    cas = httpx.get(f"{srv.url}/api/models/{repo}/xet-write-token/main", headers=bearer(user), timeout=60).json()["accessToken"]
+    return {"status": httpx.get(f"{srv.url}/api/models/{repo}/xet-write-token/main", headers=bearer(cas), timeout=60).status_code}
 
 
 ATTACKS = {f.__name__: f for f in (batch40, fanout, halfopen, header, emptyoid, crossrepo, casrefresh)}

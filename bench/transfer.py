@@ -51,11 +51,11 @@ if phase == "up":
     with Uploader(backend, ShardCache(Path(cache), backend.cache_key)) as up:
         r = up.add_file(src)
         up.finalize()
-    info = {"hash": r.file_hash, "size": r.size, "sha256": r.sha256}
+    info = {"hash": r.file_hex, "size": r.size, "sha256": r.sha256_hex}
 else:
     from git_xet.pipelines.download import download_to_path
     info = json.loads(src)
-    download_to_path(backend, info["hash"], Path(out), size=info["size"], sha256=info["sha256"])
+    download_to_path(backend, info["hash"], Path(out), size=info["size"], sha256_hex=info["sha256"])
 print(json.dumps({"seconds": time.perf_counter() - t, "info": info}))
 """
 

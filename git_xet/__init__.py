@@ -4,8 +4,8 @@ and a small Python API over the same stores:
     import git_xet
 
     with git_xet.open_store("/shared/xet-store") as store:   # or https://..., s3://BUCKET/PREFIX
-        [up] = store.upload(["model.safetensors"])            # file_hash, sha256, size, new_bytes
-        store.download(up.file_hash, "copy.safetensors", sha256=up.sha256)
+        [up] = store.upload(["model.safetensors"])            # file_hex, sha256_hex, size, new_bytes
+        store.download(up.file_hex, "copy.safetensors", sha256_hex=up.sha256_hex)
     git_xet.hash_file("model.safetensors")                   # the same hashes, nothing uploaded
 
 Every error raised is a `git_xet.XetError`; a store that refuses or fails an operation raises a

@@ -27,16 +27,17 @@ StrPath = str | os.PathLike[str]
 
 @dataclass(frozen=True)
 class HashedFile:
-    """A file's XET hash and sha256 (its Git LFS oid), both lowercase hex, and its size."""
+    """A file's XET hash and sha256 (its Git LFS oid), both as lowercase text, and its size.
+    (As everywhere in git-xet, `*_hex` names hold text; core.hashes says why.)"""
 
-    file_hash: str
-    sha256: str
+    file_hex: str
+    sha256_hex: str
     size: int
 
 
 def hash_file(path: StrPath) -> HashedFile:
     """The XET file hash, sha256 and size of a file, computed locally (nothing is uploaded):
-    what an upload of it would return as `file_hash` and `sha256`."""
+    what an upload of it would return as `file_hex` and `sha256_hex`."""
     digest = _hash_file(path, with_sha256=True)
     assert digest.sha256 is not None
     return HashedFile(hash_to_hex(digest.file_hash), digest.sha256.hex(), digest.size)
@@ -65,16 +66,16 @@ class Store:
 
     def upload(self, paths: Iterable[StrPath]) -> list[UploadedFile]:
         """Upload files (deduplicated against what the store holds) and make them durable: each
-        result has the file's `file_hash`, `sha256`, `size`, and how many bytes were new."""
+        result has the file's `file_hex`, `sha256_hex`, `size`, and how many bytes were new."""
         with self.uploader() as up:
             for path in paths:
                 up.add_file(path)
             return up.finalize()
 
-    def download(self, file_hash: str, dest: StrPath, *, sha256: str | None = None) -> DownloadResult:
+    def download(self, file_hex: str, dest: StrPath, *, sha256_hex: str | None = None) -> DownloadResult:
         """Download a file by its XET hash to `dest`, all or nothing: the bytes are checked
-        against the file hash (and `sha256`, when given) before `dest` appears."""
-        return download_to_path(self.backend, file_hash, Path(dest), sha256=sha256)
+        against the file hash (and `sha256_hex`, when given) before `dest` appears."""
+        return download_to_path(self.backend, file_hex, Path(dest), sha256_hex=sha256_hex)
 
     def close(self) -> None:
         self._close()

@@ -122,9 +122,13 @@ def _cmd_doctor(_args: argparse.Namespace) -> int:
 
 
 def _cmd_track(args: argparse.Namespace) -> int:
-    import subprocess
+    from .gitcmd import NOT_RUN, run_git
 
-    return subprocess.run(["git", "lfs", "track", *args.patterns], check=False).returncode
+    result = run_git("lfs", "track", *args.patterns, capture=False)
+    if result.returncode == NOT_RUN:
+        print(f"git-xet: {result.stderr}", file=sys.stderr)
+        return 1
+    return result.returncode
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def run_git_xet(*args: str, env: dict[str, str] | None = None, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`git xet ARGS...` as this interpreter runs it (the package under test), output captured."""
+    return subprocess.run([sys.executable, "-m", "git_xet", *args], capture_output=True, text=True, timeout=timeout, env=env, check=check)
+
+
 @dataclass
 class GitEnv:
     root: Path

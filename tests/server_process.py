@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.gitenv import run_git_xet
+
 
 @dataclass(frozen=True)
 class RunningServer:
@@ -23,11 +26,14 @@ class RunningServer:
 
     def token(self, scope: str = "write", ttl: int = 3600, repo: str = "default") -> str:
         """A user token for `repo` (the repo standalone clients and hf-xet act on by default)."""
-        out = subprocess.run(
-            [sys.executable, "-m", "git_xet", "token", "--data", str(self.data_dir), "--scope", scope, "--ttl", str(ttl), "--repo", repo],
-            capture_output=True, text=True, check=True, timeout=60,
-        )  # fmt: skip
-        return out.stdout.strip()
+        return self._mint(scope, ttl, repo).stdout.strip()
+
+    def minted(self, scope: str = "write", ttl: int = 3600, repo: str = "default") -> dict:
+        """`git xet token --json`: the token with its expiry and CAS URL fields."""
+        return json.loads(self._mint(scope, ttl, repo, "--json").stdout)
+
+    def _mint(self, scope: str, ttl: int, repo: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return run_git_xet("token", "--data", str(self.data_dir), "--scope", scope, "--ttl", str(ttl), "--repo", repo, *extra, timeout=60, check=True)
 
     def log(self) -> str:
         return (self.data_dir.parent / self.log_name).read_text(errors="replace")

@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from git_xet.core import hashes, shard
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.index_postgres import PostgresIndex
 from tests.datagen import random_bytes
+from tests.gitenv import run_git_xet
 from tests.objects import single_xorb
 from tests.postgres_process import Postgres
 
@@ -46,10 +45,6 @@ def _register(store: CasStore, data: bytes) -> str:
     return xorb_hex
 
 
-def _git_xet(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "git_xet", *args], capture_output=True, text=True, timeout=300, check=False)
-
-
 def _age(store: CasStore, key: str, seconds: float) -> None:
     path = store.root / key
     past = time.time() - seconds
@@ -62,7 +57,7 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]]) -> None:
     shard_keys = [k for k, _ in store.objects.list("shards/")]
     assert len(shard_keys) == 3
 
-    clean = _git_xet("fsck", *flags)
+    clean = run_git_xet("fsck", *flags)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "3 xorbs and 3 shards checked, 0 problems, 0 orphaned objects, 0 unused xorbs" in clean.stdout
 
@@ -87,18 +82,18 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]]) -> None:
         assert store.put_xorb(xorb_hex, built.body)
         _age(store, store.xorb_key(xorb_hex), age)
         unused[xorb_hex] = age
-    listed = _git_xet("fsck", *flags)
+    listed = run_git_xet("fsck", *flags)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert sorted(line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("orphan: ")) == sorted(orphans)
     assert sorted(line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("unused: ")) == sorted(unused)
 
     # gc with a 1 h grace: the 3 h old orphans and unused xorb go, the 1 min old ones and
     # everything in use stay.
-    dry = _git_xet("gc", *flags, "--grace", "3600", "--dry-run")
+    dry = run_git_xet("gc", *flags, "--grace", "3600", "--dry-run")
     old = sorted([k for k, age in orphans.items() if age > 3600] + [store.xorb_key(x) for x, age in unused.items() if age > 3600])
     assert sorted(line.split(": ", 1)[1] for line in dry.stdout.splitlines() if line.startswith("would remove")) == old
     assert all(store.objects.exists(k) for k in orphans)
-    gc = _git_xet("gc", *flags, "--grace", "3600")
+    gc = run_git_xet("gc", *flags, "--grace", "3600")
     assert gc.returncode == 0, gc.stdout + gc.stderr
     assert sorted(line.split(": ", 1)[1] for line in gc.stdout.splitlines() if line.startswith("removed")) == old
     assert [store.objects.exists(k) for k in sorted(orphans)] == [orphans[k] <= 3600 for k in sorted(orphans)]
@@ -112,7 +107,7 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]]) -> None:
     (store.root / damaged).write_bytes((store.root / damaged).read_bytes()[:-5000])
     store.objects.delete(missing)
     store.objects.delete(shard_keys[0])
-    broken = _git_xet("fsck", *flags)
+    broken = run_git_xet("fsck", *flags)
     assert broken.returncode == 1
     errors = sorted(line for line in broken.stdout.splitlines() if line.startswith("error: "))
     assert len(errors) == 3, broken.stdout
@@ -172,7 +167,7 @@ def test_copy_index_moves_a_sqlite_store_onto_postgres(tmp_path: Path, postgres:
     store.close()
     url = postgres.create_database(f"copy_{secrets.token_hex(6)}")
     for _ in range(2):
-        copy = _git_xet("copy-index", "--data", str(data), "--to", url)
+        copy = run_git_xet("copy-index", "--data", str(data), "--to", url)
         assert copy.returncode == 0, copy.stdout + copy.stderr
     moved = CasStore(data, index=PostgresIndex(url))
     assert moved.stats() == before
@@ -181,5 +176,5 @@ def test_copy_index_moves_a_sqlite_store_onto_postgres(tmp_path: Path, postgres:
         assert stored is not None and b"".join(moved.iter_file_bytes(stored)) == data_bytes
     assert moved.revoked_token_ids() == {"tok1"}
     moved.close()
-    checked = _git_xet("fsck", "--data", str(data), "--index", url)
+    checked = run_git_xet("fsck", "--data", str(data), "--index", url)
     assert checked.returncode == 0 and "3 xorbs and 3 shards checked, 0 problems" in checked.stdout, checked.stdout + checked.stderr

@@ -13,8 +13,6 @@ import hashlib
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,10 +28,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from git_xet.core import hashes, shard, xorb
+from git_xet.core.http_headers import bearer
 from git_xet.storage.cas_store import CasStore
 from tests import hf_xet_oracle
 from tests.datagen import random_bytes
-from tests.gitenv import make_git_env
+from tests.gitenv import make_git_env, run_git_xet
 from tests.objects import single_xorb
 from tests.server_process import RunningServer, running_server
 
@@ -50,10 +49,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def _store(srv: RunningServer) -> CasStore:
@@ -89,10 +84,10 @@ def _put(srv: RunningServer, token: str, data: bytes, sha256: bytes | str | None
     built, digest = single_xorb(data)
     claim = hashlib.sha256(data).digest() if sha256 == "real" else sha256
     with httpx.Client(timeout=60) as client:
-        resp = client.post(f"{srv.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token))
+        resp = client.post(f"{srv.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=bearer(token))
         assert resp.status_code == 200, resp.text
         body = _shard(_file_info(built, digest.file_hash, len(data), claim))
-        return client.post(f"{srv.url}/v{version}/shards", content=body, headers=_auth(token)), hashes.hash_to_hex(digest.file_hash)
+        return client.post(f"{srv.url}/v{version}/shards", content=body, headers=bearer(token)), hashes.hash_to_hex(digest.file_hash)
 
 
 def _v2_result(resp: httpx.Response) -> dict:
@@ -105,17 +100,9 @@ def _batch(srv: RunningServer, repo: str, operation: str, objects: list[dict], t
     return httpx.post(
         f"{srv.url}/{repo}.git/info/lfs/objects/batch",
         json={"operation": operation, "transfers": list(transfers), "objects": objects},
-        headers=_auth(token),
+        headers=bearer(token),
         timeout=30,
     )
-
-
-def _minted(srv: RunningServer, repo: str, scope: str = "write", ttl: int = 3600) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "git_xet", "token", "--data", str(srv.data_dir), "--scope", scope, "--ttl", str(ttl), "--repo", repo, "--json"],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    return json.loads(out.stdout)
 
 
 # ---------------------------------------------------------------- verified LFS mappings
@@ -132,7 +119,7 @@ def test_a_writer_cannot_claim_an_oid_for_other_content(server: RunningServer) -
 
     empty = shard.FileInfo(bytes(32), (), (), hashlib.sha256(victim).digest())
     with httpx.Client(timeout=30) as client:
-        refused = client.post(f"{server.url}/v2/shards", content=_shard(empty), headers=_auth(token))
+        refused = client.post(f"{server.url}/v2/shards", content=_shard(empty), headers=bearer(token))
     result = _v2_result(refused)
     assert result["type"] == "error" and "does not match its content" in result["message"]
     other, _ = _put(server, token, random_bytes(200_000, 102), sha256=bytes.fromhex(oid))
@@ -160,7 +147,7 @@ def test_a_reupload_never_remaps_or_clears_an_oid(server: RunningServer, tmp_pat
     (verified,) = hf_xet_oracle.remote_upload([tmp_path / "f.bin"], server.url, token, tmp_path / "b")
     assert verified["hash"] == skipped["hash"]
     mapped = _store(server).file_by_sha256(oid, repo)
-    assert mapped is not None and mapped.hash == verified["hash"] and mapped.size == len(data)
+    assert mapped is not None and mapped.file_hex == verified["hash"] and mapped.size == len(data)
 
     # The same bytes in other chunks (another file hash, true sha256): accepted, mapping kept.
     builder = xorb.XorbBuilder()
@@ -171,14 +158,14 @@ def test_a_reupload_never_remaps_or_clears_an_oid(server: RunningServer, tmp_pat
     other_hash = hashes.file_hash(list(built.chunk_hashes), list(built.chunk_sizes))
     assert hashes.hash_to_hex(other_hash) != verified["hash"]
     with httpx.Client(timeout=60) as client:
-        client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token))
-        again = client.post(f"{server.url}/v1/shards", content=_shard(_file_info(built, other_hash, len(data), hashlib.sha256(data).digest())), headers=_auth(token))
+        client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=bearer(token))
+        again = client.post(f"{server.url}/v1/shards", content=_shard(_file_info(built, other_hash, len(data), hashlib.sha256(data).digest())), headers=bearer(token))
     assert again.json() == {"result": 1}
     # ... and hf-xet skipping the sha256 again.
     hf_xet_oracle.remote_upload([tmp_path / "f.bin"], server.url, token, tmp_path / "c", skip_sha256=True)
 
     still = _store(server).file_by_sha256(oid, repo)
-    assert still is not None and still.hash == verified["hash"]
+    assert still is not None and still.file_hex == verified["hash"]
     down = _batch(server, repo, "download", [{"oid": oid, "size": len(data)}], token).json()
     assert down["objects"][0]["actions"]["download"]["header"]["X-Xet-Hash"] == verified["hash"]
 
@@ -230,16 +217,16 @@ def test_a_repo_reads_only_its_own_files_and_dedup_reveals_none(server: RunningS
     with httpx.Client(timeout=30) as client:
         for token in (b_token, b_cas_token):
             for version in (1, 2):
-                assert client.get(f"{server.url}/v{version}/reconstructions/{file_hex}", headers=_auth(token)).status_code == 404
-        assert client.get(f"{server.url}/v1/reconstructions/{file_hex}", headers=_auth(a_token)).status_code == 200
+                assert client.get(f"{server.url}/v{version}/reconstructions/{file_hex}", headers=bearer(token)).status_code == 404
+        assert client.get(f"{server.url}/v1/reconstructions/{file_hex}", headers=bearer(a_token)).status_code == 200
         assert _batch(server, owner, "download", [{"oid": oid, "size": len(data)}], b_token).status_code == 403
         (entry,) = _batch(server, intruder, "download", [{"oid": oid, "size": len(data)}], b_token).json()["objects"]
         assert entry["error"]["code"] == 404
-        assert client.get(f"{server.url}/api/models/{owner}/xet-read-token/main", headers=_auth(b_token)).status_code == 403
-        assert client.get(f"{server.url}/api/models/{owner}/xet-read-token/main", headers=_auth(a_token)).status_code == 200
+        assert client.get(f"{server.url}/api/models/{owner}/xet-read-token/main", headers=bearer(b_token)).status_code == 403
+        assert client.get(f"{server.url}/api/models/{owner}/xet-read-token/main", headers=bearer(a_token)).status_code == 200
         # Global dedup still works across repos, with keyed hashes only.
         built, _ = single_xorb(data)
-        dedup = client.get(f"{server.url}/v1/chunks/default/{hashes.hash_to_hex(built.chunk_hashes[0])}", headers=_auth(b_token))
+        dedup = client.get(f"{server.url}/v1/chunks/default/{hashes.hash_to_hex(built.chunk_hashes[0])}", headers=bearer(b_token))
         assert dedup.status_code == 200
         answer = shard.parse_shard(dedup.content)
         assert not set(built.chunk_hashes) & {c.chunk_hash for info in answer.cas for c in info.chunks}
@@ -250,7 +237,7 @@ def test_a_repo_reads_only_its_own_files_and_dedup_reveals_none(server: RunningS
     resp, _ = _put(server, b_token, data)
     assert resp.json() == {"result": 1}
     assert _store(server).repo_has_file(intruder, file_hex)
-    assert httpx.get(f"{server.url}/v2/reconstructions/{file_hex}", headers=_auth(b_token), timeout=30).status_code == 200
+    assert httpx.get(f"{server.url}/v2/reconstructions/{file_hex}", headers=bearer(b_token), timeout=30).status_code == 200
 
 
 # ---------------------------------------------------------------- token kinds, expiry, revocation
@@ -259,16 +246,16 @@ def test_a_repo_reads_only_its_own_files_and_dedup_reveals_none(server: RunningS
 def test_cas_tokens_cannot_mint_tokens_nor_outlive_their_parent(server: RunningServer) -> None:
     """Before: any token, even a 15-minute CAS token from a pasted trace, minted fresh ones forever."""
     repo = "acme/expiry"
-    user = _minted(server, repo, ttl=120)
+    user = server.minted(repo=repo, ttl=120)
     resp = _batch(server, repo, "upload", [{"oid": "e" * 64, "size": 10}], user["accessToken"])
     header = resp.json()["objects"][0]["actions"]["upload"]["header"]
     cas_token, cas_exp = header["X-Xet-Access-Token"], int(header["X-Xet-Token-Expiration"])
     assert cas_exp <= user["exp"]  # the server's CAS lifetime is 900 s; the parent's 120 s wins
     with httpx.Client(timeout=30) as client:
-        refreshed = client.get(f"{server.url}/api/models/{repo}/xet-write-token/main", headers=_auth(user["accessToken"]))
+        refreshed = client.get(f"{server.url}/api/models/{repo}/xet-write-token/main", headers=bearer(user["accessToken"]))
         assert refreshed.status_code == 200 and refreshed.json()["exp"] <= user["exp"]
         for route in ("xet-write-token", "xet-read-token"):
-            refused = client.get(f"{server.url}/api/models/{repo}/{route}/main", headers=_auth(cas_token))
+            refused = client.get(f"{server.url}/api/models/{repo}/{route}/main", headers=bearer(cas_token))
             assert refused.status_code == 401 and "user token" in refused.json()["error"]
         assert _batch(server, repo, "download", [{"oid": "e" * 64, "size": 10}], cas_token).status_code == 401
         basic = "Basic " + base64.b64encode(f"user:{cas_token}".encode()).decode()
@@ -277,21 +264,21 @@ def test_cas_tokens_cannot_mint_tokens_nor_outlive_their_parent(server: RunningS
 
 def test_revoking_a_user_token_kills_it_and_its_cas_tokens(server: RunningServer) -> None:
     repo = "acme/revoke"
-    user = _minted(server, repo)
+    user = server.minted(repo=repo)
     with httpx.Client(timeout=30) as client:
-        cas = client.get(f"{server.url}/api/models/{repo}/xet-read-token/main", headers=_auth(user["accessToken"])).json()["accessToken"]
+        cas = client.get(f"{server.url}/api/models/{repo}/xet-read-token/main", headers=bearer(user["accessToken"])).json()["accessToken"]
         probe = f"{server.url}/v1/reconstructions/{'0' * 64}"
-        assert client.get(probe, headers=_auth(cas)).status_code == 404  # accepted, file unknown
+        assert client.get(probe, headers=bearer(cas)).status_code == 404  # accepted, file unknown
         other = server.token("read", repo=repo)
-        subprocess.run([sys.executable, "-m", "git_xet", "token", "--data", str(server.data_dir), "--revoke", user["accessToken"]], check=True, timeout=60)
+        run_git_xet("token", "--data", str(server.data_dir), "--revoke", user["accessToken"], timeout=60, check=True)
         assert user["id"] in _store(server).revoked_token_ids()
         deadline = time.monotonic() + 20
-        while client.get(probe, headers=_auth(cas)).status_code != 401:
+        while client.get(probe, headers=bearer(cas)).status_code != 401:
             assert time.monotonic() < deadline, "the revoked token's CAS token still works"
             time.sleep(0.2)
-        assert client.get(probe, headers=_auth(user["accessToken"])).status_code == 401
-        assert client.get(f"{server.url}/api/models/{repo}/xet-read-token/main", headers=_auth(user["accessToken"])).status_code == 401
-        assert client.get(probe, headers=_auth(other)).status_code == 404  # other tokens are unaffected
+        assert client.get(probe, headers=bearer(user["accessToken"])).status_code == 401
+        assert client.get(f"{server.url}/api/models/{repo}/xet-read-token/main", headers=bearer(user["accessToken"])).status_code == 401
+        assert client.get(probe, headers=bearer(other)).status_code == 404  # other tokens are unaffected
 
 
 # ---------------------------------------------------------------- bounded work per request
@@ -370,7 +357,7 @@ _objects = st.lists(
 def test_malformed_batch_bodies_get_422_never_500(server: RunningServer, body: bytes) -> None:
     """Before: malformed bodies (e.g. an object that is not a JSON object) gave 500 and a traceback."""
     token = _TOKENS.setdefault(server.url, server.token("write", repo="acme/model"))
-    resp = httpx.post(f"{server.url}/acme/model.git/info/lfs/objects/batch", content=body, headers=_auth(token), timeout=30)
+    resp = httpx.post(f"{server.url}/acme/model.git/info/lfs/objects/batch", content=body, headers=bearer(token), timeout=30)
     assert resp.status_code in (200, 413, 422), (resp.status_code, resp.text)
     assert isinstance(resp.json().get("objects" if resp.status_code == 200 else "message"), (list, str))
 
@@ -388,7 +375,7 @@ def test_a_tiny_shard_with_huge_fanout_is_refused_before_any_chunk_work(server: 
         piece = i.to_bytes(4, "little")
         builder.add(piece, hashes.chunk_hash(piece))
     built = builder.build()
-    assert httpx.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token), timeout=60).status_code == 200
+    assert httpx.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=bearer(token), timeout=60).status_code == 200
     term = shard.FileTerm(built.xorb_hash, sum(built.chunk_sizes), 0, 8192)
     verification = hashes.verification_hash(built.chunk_hashes)
     info = shard.FileInfo(bytes(range(32)), (term,) * 780, (verification,) * 780, None)
@@ -397,7 +384,7 @@ def test_a_tiny_shard_with_huge_fanout_is_refused_before_any_chunk_work(server: 
     before = _store(server).stats()
     cpu, rss = _cpu_seconds(server), _rss(server)
     for version in (1, 2):
-        resp = httpx.post(f"{server.url}/v{version}/shards", content=body, headers=_auth(token), timeout=120)
+        resp = httpx.post(f"{server.url}/v{version}/shards", content=body, headers=bearer(token), timeout=120)
         message = resp.json()["error"] if version == 1 else _v2_result(resp)["message"]
         assert "more than once" in message
     assert _cpu_seconds(server) - cpu < 3.0  # two refusals; was 16 s for one
@@ -483,7 +470,7 @@ def test_a_data_directory_from_before_repos_is_migrated(tmp_path: Path) -> None:
     migrated = CasStore(tmp_path / "v0")
     assert migrated.repo_has_file("default", file_hex)
     mapped = migrated.file_by_sha256(oid)
-    assert mapped is not None and mapped.hash == file_hex
+    assert mapped is not None and mapped.file_hex == file_hex
     assert migrated.stats()["repo_shards"] == 1 and not migrated.register_shard(body)
 
 
@@ -503,15 +490,13 @@ def test_an_empty_secret_is_an_error_that_says_what_to_do(tmp_path: Path) -> Non
     (data / "secret").write_bytes(b"\n")
     env = {k: v for k, v in os.environ.items() if k != "GIT_XET_SERVER_SECRET"}
     for args in (["serve", "--port", "0"], ["token"]):
-        out = subprocess.run([sys.executable, "-m", "git_xet", *args, "--data", str(data)], capture_output=True, text=True, timeout=60, env=env, check=False)
+        out = run_git_xet(*args, "--data", str(data), timeout=60, env=env)
         assert out.returncode == 1 and "Delete the file" in out.stderr and not out.stdout.strip(), out
 
 
 def test_off_loopback_the_public_url_is_required(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "git_xet", "serve", "--data", str(tmp_path / "d"), "--host", "0.0.0.0", "--port", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip  (it refuses before binding: no socket is opened)
+    # It refuses before binding: no socket is opened.
+    out = run_git_xet("serve", "--data", str(tmp_path / "d"), "--host", "0.0.0.0", "--port", "0", timeout=60)
     assert out.returncode == 2 and "--public-url" in out.stderr and not out.stdout
 
 
@@ -532,7 +517,7 @@ def test_bridge_and_xorb_url_signatures_are_not_interchangeable(server: RunningS
         # ... or for another repo.
         assert client.get(href.replace(f"/{repo}/", "/acme/elsewhere/")).status_code == 403
         # A xorb URL's signature replayed as a bridge URL.
-        recon = client.get(f"{server.url}/v1/reconstructions/{file_hex}", headers=_auth(token)).json()
+        recon = client.get(f"{server.url}/v1/reconstructions/{file_hex}", headers=bearer(token)).json()
         (entry,) = next(iter(recon["fetch_info"].values()))
         xorb_query = dict(p.split("=", 1) for p in urlsplit(entry["url"]).query.split("&"))
         assert client.get(f"{server.url}{bridge.path}?exp={xorb_query['exp']}&sig={xorb_query['sig']}").status_code == 403

@@ -65,21 +65,21 @@ def test_layout_second_machine_and_dedup_through_the_bucket(tmp_path: Path, seaw
     shard_id = shard_key.removeprefix("shards/").removesuffix(".mdb")
     shard = parse_shard(objects.read(shard_key))
     assert {f"xorbs/{hashes.hash_to_hex(c.xorb_hash)[:2]}/{hashes.hash_to_hex(c.xorb_hash)}" for c in shard.cas} == {k for k in keys if k.startswith("xorbs/")}
-    assert objects.read(f"files/{v1.file_hash}").decode() == shard_id
-    assert objects.read(f"lfs/{v1.sha256}").decode() == v1.file_hash
+    assert objects.read(f"files/{v1.file_hex}").decode() == shard_id
+    assert objects.read(f"lfs/{v1.sha256_hex}").decode() == v1.file_hex
     dedup_keys = [k for k in keys if k.startswith("dedup/")]
     chunk_count = sum(len(c.chunks) for c in shard.cas)
     assert 1 <= len(dedup_keys) < max(2, chunk_count // 20)  # key chunks only, never one per chunk
 
     # Another machine: no shard cache, no memory of the push.
     other = BucketBackend(_objects(seaweed, bucket), tmp_path / "cache-b")
-    assert other.file_for_sha256(hashlib.sha256(data).hexdigest()) == v1.file_hash
+    assert other.file_for_sha256(hashlib.sha256(data).hexdigest()) == v1.file_hex
     assert other.file_for_sha256("0" * 64) is None
     out = io.BytesIO()
-    result = download(other, v1.file_hash, out, sha256=hashlib.sha256(data).hexdigest())
+    result = download(other, v1.file_hex, out, sha256_hex=hashlib.sha256(data).hexdigest())
     assert out.getvalue() == data and result.verified_file_hash
     part = io.BytesIO()
-    download(other, v1.file_hash, part, byte_range=(1_000_000, 5_000_000))
+    download(other, v1.file_hex, part, byte_range=(1_000_000, 5_000_000))
     assert part.getvalue() == data[1_000_000:5_000_001]
 
     # Its v2 (1% edited) finds v1 through the bucket's dedup entries and sends about 1%.
@@ -92,7 +92,7 @@ def test_layout_second_machine_and_dedup_through_the_bucket(tmp_path: Path, seaw
     assert added < 0.05 * len(data), added
     assert v2.deduped_bytes > 0.9 * len(data)
     out = io.BytesIO()
-    download(BucketBackend(_objects(seaweed, bucket)), v2.file_hash, out, sha256=hashlib.sha256(v2_data).hexdigest())
+    download(BucketBackend(_objects(seaweed, bucket)), v2.file_hex, out, sha256_hex=hashlib.sha256(v2_data).hexdigest())
     assert out.getvalue() == v2_data
 
 
@@ -110,13 +110,13 @@ def test_a_damaged_or_missing_object_never_passes_as_a_download(tmp_path: Path, 
     damaged[100] ^= 0xFF  # inside the first chunk's payload; the footer is intact
     objects.put(xorb_key, bytes(damaged))
     with pytest.raises(TransferError):
-        download(BucketBackend(objects), v1.file_hash, io.BytesIO())
+        download(BucketBackend(objects), v1.file_hex, io.BytesIO())
     objects.put(xorb_key, stored[: len(stored) // 2])  # footer gone
     with pytest.raises(TransferError, match="no valid footer"):
-        download(BucketBackend(objects), v1.file_hash, io.BytesIO())
+        download(BucketBackend(objects), v1.file_hex, io.BytesIO())
     objects.delete(xorb_key)
     with pytest.raises(TransferError, match="missing"):
-        download(BucketBackend(objects), v1.file_hash, io.BytesIO())
+        download(BucketBackend(objects), v1.file_hex, io.BytesIO())
 
 
 def test_a_push_that_died_before_its_shard_exposes_nothing(tmp_path: Path, seaweed: RunningS3) -> None:
@@ -132,7 +132,7 @@ def test_a_push_that_died_before_its_shard_exposes_nothing(tmp_path: Path, seawe
         for future in up._uploads:
             future.result()
     assert list(objects.list("xorbs/")) and not list(objects.list("shards/"))
-    assert backend.file_for_sha256(uploaded.sha256) is None
+    assert backend.file_for_sha256(uploaded.sha256_hex) is None
     assert not list(objects.list("files/")) and not list(objects.list("lfs/"))
     xorbs_before = dict(objects.sizes("xorbs/"))
     with Uploader(BucketBackend(objects)) as up:

@@ -317,7 +317,7 @@ def test_a_file_from_the_oldest_and_newest_cached_xorbs_dedups_fully(history, pi
     assert result.new_bytes == 0 and result.deduped_bytes == len(data)
     assert up.stats.xorbs_uploaded == 0
     out = io.BytesIO()
-    download(backend, result.file_hash, out)
+    download(backend, result.file_hex, out)
     assert out.getvalue() == data
 
 
@@ -375,5 +375,5 @@ def test_a_second_version_stores_exactly_the_chunks_the_first_lacks(tmp_path: Pa
         up.finalize()
     assert result.new_bytes == expected
     out = io.BytesIO()
-    download(backend, result.file_hash, out)
+    download(backend, result.file_hex, out)
     assert out.getvalue() == v2

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import string
 import subprocess
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -18,8 +17,9 @@ from hypothesis import strategies as st
 from git_xet.agent.summary import PushTotals, describe
 from git_xet.client.location import STORE_MARKER, LocationError, create_local_store, parse_store_location
 from git_xet.client.retry import MAX_RETRY_AFTER, RetryPolicy
+from git_xet.core.http_headers import bearer
 from tests.datagen import random_bytes
-from tests.gitenv import GitEnv, make_git_env
+from tests.gitenv import GitEnv, make_git_env, run_git_xet
 from tests.server_process import running_server
 
 # ------------------------------------------------------------------ store locations (pure)
@@ -160,7 +160,7 @@ def test_token_refuses_a_directory_that_is_not_a_server_data_dir(tmp_path: Path)
     assert proc.returncode == 1 and "not a `git xet serve` data directory" in proc.stderr
     assert not typo.exists()  # no fresh secret minted a token the server would reject
     shared = dict(g.env, GIT_XET_SERVER_SECRET="a-shared-secret-of-enough-length")
-    minted = subprocess.run([sys.executable, "-m", "git_xet", "token", "--data", str(typo)], env=shared, capture_output=True, text=True, timeout=60, check=False)
+    minted = run_git_xet("token", "--data", str(typo), env=shared, timeout=60)
     assert minted.returncode == 0 and minted.stdout.startswith("xet1.")  # the secret is not in --data: nothing to mistype
     assert not typo.exists()
     create_local_store(tmp_path / "local")
@@ -169,7 +169,7 @@ def test_token_refuses_a_directory_that_is_not_a_server_data_dir(tmp_path: Path)
         import httpx
 
         token = g.git_xet("token", "--data", str(srv.data_dir), "--scope", "read").stdout.strip()
-        resp = httpx.get(f"{srv.url}/v1/reconstructions/{'0' * 64}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        resp = httpx.get(f"{srv.url}/v1/reconstructions/{'0' * 64}", headers=bearer(token), timeout=30)
         assert resp.status_code == 404 and "not found" in resp.json()["error"]  # accepted, file unknown
 
 

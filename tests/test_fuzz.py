@@ -25,6 +25,7 @@ from git_xet.client.http_backend import HttpCasBackend
 from git_xet.core import compression, xorb
 from git_xet.core.errors import FormatError
 from git_xet.core.hashes import hash_to_hex
+from git_xet.core.http_headers import bearer
 from git_xet.core.reconstruction import FetchRange, Reconstruction, Term
 from git_xet.core.shard import CasInfo, FileInfo, FileTerm, Shard, parse_shard, serialize_shard
 from git_xet.storage.cas_store import CasStore
@@ -218,7 +219,7 @@ def test_server_refuses_hostile_bodies_cleanly(fuzz_server: RunningServer, route
         "shard_v2": "/v2/shards",
         "batch": "/fuzz.git/info/lfs/objects/batch",
     }[route]
-    resp = httpx.post(srv.url + target, content=body, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    resp = httpx.post(srv.url + target, content=body, headers=bearer(token), timeout=60)
     assert resp.status_code < 500, (route, resp.status_code, resp.text[:300])
     if route == "xorb_named_right" and resp.status_code == 200 and resp.json()["was_inserted"]:
         assert xorb.verify_xorb(body).xorb_hash == xorb.verify_xorb(XORB).xorb_hash

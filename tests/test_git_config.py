@@ -58,3 +58,25 @@ def test_snapshot_answers_like_git_config_get(repo: Path, writes, reads) -> None
     finally:
         config.write_text(original)
         endpoints._config_snapshot.cache_clear()
+
+
+def test_run_git_reports_a_missing_git_as_a_failure(tmp_path: Path) -> None:
+    """No git on PATH is an ordinary failed result whose message says so, not a traceback."""
+    from git_xet.gitcmd import NOT_RUN, run_git
+
+    result = run_git("version", env={"PATH": str(tmp_path)})
+    assert (result.ok, result.returncode, result.value()) == (False, NOT_RUN, None)
+    assert result.stderr.startswith("cannot run git:")
+
+
+def test_run_git_decodes_any_bytes_and_reads_unset_as_none(repo: Path) -> None:
+    """A config value that is not UTF-8 comes back decoded with replacements; unset and empty
+    values are both None, as `git config --get` means them."""
+    from git_xet.gitcmd import run_git
+
+    with open(repo / ".git" / "config", "ab") as out:
+        out.write(b"[xet]\n\tlatin = caf\xe9\n\tempty =\n")
+    assert run_git("config", "--get", "xet.latin").value() == "caf\ufffd"
+    assert run_git("config", "--get", "xet.empty").value() is None
+    unset = run_git("config", "--get", "xet.unset")
+    assert (unset.returncode, unset.value()) == (1, None)

@@ -33,6 +33,7 @@ from git_xet.core import shard as sh
 from git_xet.core.compression import CompressionScheme, compress_chunk
 from git_xet.core.constants import MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS, MIN_CHUNK_SIZE, ZERO_HASH
 from git_xet.core.errors import FormatError
+from git_xet.core.http_headers import bearer
 from git_xet.core.xorb import MAX_XORB_BODY_BYTES, pack_chunk_header, verify_xorb
 from git_xet.pipelines.download import download
 from git_xet.pipelines.file_hashing import hash_bytes
@@ -188,7 +189,7 @@ def test_hfjs_uploads_are_accepted_and_read_back_by_every_client(server: Running
     assert xet["empty.bin"] == hashes.hash_to_hex(ZERO_HASH)
     recon = httpx.get(
         f"{server.url}/v1/reconstructions/{xet['compressible.bin']}",
-        headers={"Authorization": f"Bearer {server.token('read', repo=REPO)}"},
+        headers=bearer(server.token('read', repo=REPO)),
         timeout=30,
     ).json()
     assert sum(t["unpacked_length"] for t in recon["terms"]) == len(files["compressible.bin"])
@@ -236,7 +237,7 @@ def _xet_hashes(server: RunningServer, committed: dict[str, tuple[str, int]]) ->
     batch = httpx.post(
         f"{server.url}/peer/hfjs.git/info/lfs/objects/batch",
         json={"operation": "download", "transfers": ["xet"], "objects": [{"oid": o, "size": s} for o, s in committed.values()]},
-        headers={"Authorization": f"Bearer {server.token('read', repo=REPO)}"},
+        headers=bearer(server.token('read', repo=REPO)),
         timeout=30,
     ).json()
     by_oid = {o["oid"]: o["actions"]["download"]["header"]["X-Xet-Hash"] for o in batch["objects"]}
@@ -284,7 +285,7 @@ def test_hfjs_reads_what_ours_and_hf_xet_wrote(server: RunningServer, tmp_path: 
     backend = HttpCasBackend(server.url, StaticToken(server.token("write", repo=REPO)), policy=FAST_RETRY)
     with Uploader(backend, None) as up:
         for name, data in ours.items():
-            xet[name] = up.add_bytes(data).file_hash
+            xet[name] = up.add_bytes(data).file_hex
         up.finalize()
     paths = _write(tmp_path, theirs)
     infos = hf_xet_oracle.remote_upload(list(paths.values()), server.url, server.token("write", repo=REPO), tmp_path)
@@ -427,7 +428,7 @@ def test_a_shard_naming_too_many_chunks_is_refused_before_the_work(server: Runni
         info = sh.FileInfo(file_hash, (whole,) * repeats, (verification,) * repeats)
         return sh.serialize_shard(sh.Shard((info,)), with_footer=False)
 
-    headers = {"Authorization": f"Bearer {server.token('write', repo=REPO)}"}
+    headers = bearer(server.token('write', repo=REPO))
     # A file of the same xorb four times over is fine...
     ok = httpx.post(f"{server.url}/v1/shards", content=shard_of(4), headers=headers, timeout=60)
     assert ok.status_code == 200, ok.text

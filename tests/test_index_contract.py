@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from git_xet.core import hashes
 from git_xet.core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileInfo, FileTerm, Shard, serialize_shard
+from git_xet.core.xorb import XorbLayout
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.errors import Conflict, Misconfigured
 from git_xet.storage.index_base import (
@@ -31,7 +32,6 @@ from git_xet.storage.index_base import (
     MetadataIndex,
     ShardRegistration,
     StoredFile,
-    XorbLayout,
     copy_index,
     layout_row,
     pack_terms,
@@ -88,11 +88,11 @@ CHUNKS = [bytes([i]) * 32 for i in range(1, 7)]
 
 
 def _hex(b: bytes) -> str:
-    return b.hex()
+    return hashes.hash_to_hex(b)
 
 
 layouts = st.builds(
-    lambda xorb, chunks, sizes: XorbLayout(_hex(xorb), tuple(chunks), tuple(itertools.accumulate(s + 8 for s in sizes)), tuple(sizes)),
+    lambda xorb, chunks, sizes: XorbLayout(xorb, tuple(chunks), tuple(itertools.accumulate(s + 8 for s in sizes)), tuple(sizes)),
     st.sampled_from(XORBS),
     st.lists(st.sampled_from(CHUNKS), min_size=3, max_size=3),
     st.lists(st.integers(1, 70_000), min_size=3, max_size=3),
@@ -144,9 +144,9 @@ class Model:
         self.revoked: dict[str, int] = {}
 
     def add_xorb(self, layout: XorbLayout, body_size: int) -> bool:
-        if layout.hash in self.xorbs:
+        if layout.xorb_hex in self.xorbs:
             return False
-        self.xorbs[layout.hash] = (layout, body_size)
+        self.xorbs[layout.xorb_hex] = (layout, body_size)
         return True
 
     def register_shard(self, s: ShardRegistration) -> bool:
@@ -159,13 +159,13 @@ class Model:
         self.shards.setdefault(s.shard_id, s.size)
         self.repo_shards.add((s.repo, s.shard_id))
         for f in s.files:
-            self.xorb_refs.update((_hex(t.xorb_hash), f.hash) for t in f.terms)
-            entry = self.files.setdefault(f.hash, [f.size, f.computed_sha256, f.terms])
+            self.xorb_refs.update((_hex(t.xorb_hash), f.file_hex) for t in f.terms)
+            entry = self.files.setdefault(f.file_hex, [f.size, f.computed_sha256_hex, f.terms])
             if entry[1] is None:
-                entry[1] = f.computed_sha256
-            self.repo_files.add((s.repo, f.hash))
+                entry[1] = f.computed_sha256_hex
+            self.repo_files.add((s.repo, f.file_hex))
             if f.oid is not None:
-                self.repo_oids.setdefault((s.repo, f.oid), f.hash)
+                self.repo_oids.setdefault((s.repo, f.oid), f.file_hex)
         self.dedup.update(s.dedup)
         return True
 
@@ -244,7 +244,7 @@ def test_concurrent_registrations_of_one_shard_count_once(make_index) -> None:
     """Eight writers, each on its own connection, register the same shard for the same repo:
     exactly one sees it as new; the rows are those of one registration."""
     index = make_index()
-    xorb = XorbLayout(_hex(XORBS[0]), (CHUNKS[0],), (1008,), (1000,))
+    xorb = XorbLayout(XORBS[0], (CHUNKS[0],), (1008,), (1000,))
     index.add_xorb(xorb, 1008)
     files = tuple(FileRegistration(f, 1000, (FileTerm(XORBS[0], 1000, 0, 1),), None, OIDS[i % 3]) for i, f in enumerate(FILES))
     shard = ShardRegistration("s", 123, "default", files, ((CHUNKS[0], _hex(XORBS[0])),))
@@ -273,10 +273,10 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
     xorb is gone."""
     index = make_index()
     for round_ in range(15):
-        xorb = XorbLayout(f"{round_:02x}" * 32, (CHUNKS[0],), (1008,), (1000,))
+        xorb = XorbLayout(hashes.hex_to_hash(f"{round_:02x}" * 32), (CHUNKS[0],), (1008,), (1000,))
         index.add_xorb(xorb, 1008)
         file_hex = f"{0x80 + round_:02x}" * 32
-        shard = ShardRegistration(f"race{round_}", 100, "default", (FileRegistration(file_hex, 1000, (FileTerm(bytes.fromhex(xorb.hash), 1000, 0, 1),), None, None),))
+        shard = ShardRegistration(f"race{round_}", 100, "default", (FileRegistration(file_hex, 1000, (FileTerm(xorb.xorb_hash, 1000, 0, 1),), None, None),))
         outcome: dict[str, object] = {}
         barrier = threading.Barrier(2)
 
@@ -295,7 +295,7 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
 
         threads = [
             threading.Thread(target=register, args=(shard, barrier, outcome)),
-            threading.Thread(target=collect, args=(xorb.hash, barrier, outcome)),
+            threading.Thread(target=collect, args=(xorb.xorb_hex, barrier, outcome)),
         ]
         for t in threads:
             t.start()
@@ -303,14 +303,14 @@ def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> 
             t.join(timeout=60)
             assert not t.is_alive(), "a racer did not finish within 60 s"
         assert sorted(outcome.values()) == [False, True], outcome
-        assert (index.xorb_layout(xorb.hash) is not None) == outcome["registered"]
+        assert (index.xorb_layout(xorb.xorb_hex) is not None) == outcome["registered"]
         assert index.repo_has_file("default", file_hex) == outcome["registered"]
 
 
 def test_a_damaged_xorb_is_replaced_once_under_concurrency(make_index) -> None:
     """add_xorb's before_insert runs for exactly one of many racing writers."""
     index = make_index()
-    layout = XorbLayout(_hex(XORBS[1]), (CHUNKS[0],), (100,), (92,))
+    layout = XorbLayout(XORBS[1], (CHUNKS[0],), (100,), (92,))
     calls: list[int] = []
     barrier = threading.Barrier(6)
     results: list[bool] = []
@@ -325,7 +325,7 @@ def test_a_damaged_xorb_is_replaced_once_under_concurrency(make_index) -> None:
     for t in threads:
         t.join(timeout=60)
     assert len(calls) == 1 and sorted(results) == [False] * 5 + [True]
-    assert index.xorb_layout(layout.hash) == layout
+    assert index.xorb_layout(layout.xorb_hex) == layout
 
 
 def test_an_index_from_a_newer_git_xet_is_refused(make_index) -> None:
@@ -360,7 +360,7 @@ def test_the_index_does_not_grow_per_chunk(make_index, tmp_path: Path, seed: int
     counts = store.stats()
     assert (counts["xorbs"], counts["files"], counts["dedup"]) == (1, 1, len(key_chunks))
     assert len(built.chunk_hashes) > 3  # the file has many chunks, and still only these rows
-    assert store.file_by_sha256(hashlib.sha256(data).hexdigest()).hash == hashes.hash_to_hex(digest.file_hash)
+    assert store.file_by_sha256(hashlib.sha256(data).hexdigest()).file_hex == hashes.hash_to_hex(digest.file_hash)
     assert b"".join(store.iter_file_bytes(store.get_file(hashes.hash_to_hex(digest.file_hash)))) == data
     store.close()
 
@@ -369,7 +369,7 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
     """Version 1 had no xorb_refs: opening it adds the table and fills it from the files' terms,
     keeping every row; gc then sees which xorbs are in use."""
     index = make_index()
-    used, spare = (XorbLayout(_hex(x), (CHUNKS[0],), (1008,), (1000,)) for x in XORBS[:2])
+    used, spare = (XorbLayout(x, (CHUNKS[0],), (1008,), (1000,)) for x in XORBS[:2])
     file_hex = FILES[0]
     terms = (FileTerm(XORBS[0], 1000, 0, 1), FileTerm(XORBS[0], 1000, 0, 1))
     if isinstance(index, SqliteIndex):
@@ -403,8 +403,8 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
     counts = upgraded.stats()
     assert (counts["xorbs"], counts["files"], counts["xorb_refs"], counts["repo_oids"], counts["repo_shards"]) == (2, 1, 1, 1, 1)
     assert upgraded.file_for_oid("default", OIDS[0]) == file_hex and upgraded.get_file(file_hex).terms == terms
-    assert list(upgraded.unreferenced_xorbs()) == [spare.hash]
-    assert not upgraded.remove_xorb_if_unreferenced(used.hash, lambda: None)
+    assert list(upgraded.unreferenced_xorbs()) == [spare.xorb_hex]
+    assert not upgraded.remove_xorb_if_unreferenced(used.xorb_hex, lambda: None)
     upgraded.close()
 
 
@@ -413,7 +413,7 @@ def test_copy_index_between_implementations(postgres: Postgres, tmp_path: Path) 
     unchanged, in several batches per table."""
     source = SqliteIndex(tmp_path / "source.sqlite")
     for i, x in enumerate(XORBS):
-        source.add_xorb(XorbLayout(_hex(x), (CHUNKS[i], CHUNKS[i + 1]), (1008, 2016), (1000, 1000)), 2016)
+        source.add_xorb(XorbLayout(x, (CHUNKS[i], CHUNKS[i + 1]), (1008, 2016), (1000, 1000)), 2016)
     for i, file_hex in enumerate(FILES[:3]):
         files = (FileRegistration(file_hex, 2000, (FileTerm(XORBS[i], 2000, 0, 2),), OIDS[i], OIDS[i]),)
         source.register_shard(ShardRegistration(f"s{i}", 10 + i, REPOS[i % 2], files, ((CHUNKS[i], _hex(XORBS[i])),)))

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from git_xet.core.hashes import XetHash, hex_to_hash
+from git_xet.core.xorb import XorbLayout
 from git_xet.storage import index_sqlite
-from git_xet.storage.index_base import XorbLayout
 from git_xet.storage.index_sqlite import SqliteIndex
 
 
@@ -87,7 +88,7 @@ def test_a_xorb_row_does_not_fsync_the_wal_and_the_next_synced_write_does(tmp_pa
     index = SqliteIndex(tmp_path / "index.sqlite")
     before = len(fsyncs.of(".sqlite-wal"))
     for n in range(3):
-        layout = XorbLayout(f"{n:02x}" * 32, (bytes([n]) * 32,), (100,), (64,))
+        layout = XorbLayout(hex_to_hash(f"{n:02x}" * 32), (XetHash(bytes([n]) * 32),), (100,), (64,))
         assert index.add_xorb(layout, 100)
     assert len(fsyncs.of(".sqlite-wal")) == before
     index.revoke_token("after-the-xorbs", now=1)

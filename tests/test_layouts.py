@@ -119,9 +119,9 @@ def test_local_store_round_trips_every_layout(layout: Layout) -> None:
             result = up.add_bytes(data)
             up.finalize()
         dest = Path(tmp) / "out"
-        download_to_path(backend, result.file_hash, dest, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        download_to_path(backend, result.file_hex, dest, size=len(data), sha256_hex=hashlib.sha256(data).hexdigest())
         assert dest.read_bytes() == data
-        _check_slice(backend, result.file_hash, data, random.Random(len(data)))
+        _check_slice(backend, result.file_hex, data, random.Random(len(data)))
 
 
 @pytest.fixture(scope="module")
@@ -155,17 +155,17 @@ def test_server_round_trips_every_layout_with_hf_xet_both_ways(servers, layout: 
         with Uploader(backend) as up:
             result = up.add_file(source)
             up.finalize()
-        download_to_path(backend, result.file_hash, tmp / "ours-ours", size=len(data), sha256=sha256)
+        download_to_path(backend, result.file_hex, tmp / "ours-ours", size=len(data), sha256_hex=sha256)
         assert (tmp / "ours-ours").read_bytes() == data
-        _check_slice(backend, result.file_hash, data, random.Random(len(data)))
-        hf_xet_oracle.remote_download([(tmp / "ours-hf", result.file_hash, len(data))], ours.url, our_token, tmp / "hf1")
+        _check_slice(backend, result.file_hex, data, random.Random(len(data)))
+        hf_xet_oracle.remote_download([(tmp / "ours-hf", result.file_hex, len(data))], ours.url, our_token, tmp / "hf1")
         assert (tmp / "ours-hf").read_bytes() == data
 
         # hf-xet up, ours down.
         (uploaded,) = hf_xet_oracle.remote_upload([source], theirs.url, their_token, tmp / "hf2")
-        assert uploaded["hash"] == result.file_hash  # same chunking, same file hash
+        assert uploaded["hash"] == result.file_hex  # same chunking, same file hash
         backend = _http(theirs, their_token)
-        download_to_path(backend, uploaded["hash"], tmp / "hf-ours", size=len(data), sha256=sha256)
+        download_to_path(backend, uploaded["hash"], tmp / "hf-ours", size=len(data), sha256_hex=sha256)
         assert (tmp / "hf-ours").read_bytes() == data
         _check_slice(backend, uploaded["hash"], data, random.Random(len(data) + 1))
 
@@ -185,7 +185,7 @@ def test_download_memory_stays_within_its_budget(tmp_path: Path, budget_mib: int
     bound = max(budget, 32 * MIB) + 4 * MIB  # + chunk hash lists and interpreter noise
     tracemalloc.start()
     try:
-        download_to_path(backend, result.file_hash, tmp_path / "out", max_inflight_bytes=budget)
+        download_to_path(backend, result.file_hex, tmp_path / "out", max_inflight_bytes=budget)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import io
 import subprocess
-import sys
 from pathlib import Path
 
 from git_xet.client.bucket_backend import BucketBackend
@@ -17,6 +16,7 @@ from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
 from tests.datagen import random_bytes
+from tests.gitenv import run_git_xet
 from tests.seaweed import RunningS3
 from tests.server_process import running_server
 
@@ -24,7 +24,7 @@ FILES = [random_bytes(5_000_000, 61), random_bytes(2_000_000, 62)]
 
 
 def _migrate(s3: RunningS3, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "git_xet", "migrate", *args], capture_output=True, text=True, timeout=300, env=_env(s3), check=False)
+    return run_git_xet("migrate", *args, timeout=300, env=_env(s3))
 
 
 def _env(s3: RunningS3) -> dict[str, str]:
@@ -35,7 +35,7 @@ def _env(s3: RunningS3) -> dict[str, str]:
 
 def _fill(store_dir: Path) -> list[str]:
     with Uploader(LocalStoreBackend(store_dir)) as up:
-        hashes = [up.add_bytes(data).file_hash for data in FILES]
+        hashes = [up.add_bytes(data).file_hex for data in FILES]
         up.finalize()
     return hashes
 
@@ -63,7 +63,7 @@ def test_a_server_moves_its_objects_to_a_bucket(tmp_path: Path, seaweed: Running
         backend = HttpCasBackend(server.url, StaticToken(server.token("read")))
         for file_hash, content in zip(file_hashes, FILES):
             out = io.BytesIO()
-            download(backend, file_hash, out, sha256=hashlib.sha256(content).hexdigest())
+            download(backend, file_hash, out, sha256_hex=hashlib.sha256(content).hexdigest())
             assert out.getvalue() == content
 
 
@@ -77,7 +77,7 @@ def test_a_directory_store_becomes_a_bucket_store(tmp_path: Path, seaweed: Runni
     for file_hash, content in zip(file_hashes, FILES):
         assert backend.file_for_sha256(hashlib.sha256(content).hexdigest()) == file_hash
         out = io.BytesIO()
-        download(backend, file_hash, out, sha256=hashlib.sha256(content).hexdigest())
+        download(backend, file_hash, out, sha256_hex=hashlib.sha256(content).hexdigest())
         assert out.getvalue() == content
 
 

@@ -18,6 +18,7 @@ from git_xet.client.shard_cache import ShardCache
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
 from git_xet.core.constants import MAX_XORB_BYTES
+from git_xet.core.http_headers import bearer
 from git_xet.pipelines.download import IntegrityError, download, download_to_path
 from git_xet.pipelines.upload import Uploader
 from tests import hf_xet_oracle
@@ -63,15 +64,15 @@ def test_round_trips(kind: str, server: RunningServer, tmp_path: Path) -> None:
     assert up.stats.xorbs_uploaded == -(-total // MAX_XORB_BYTES) == 2
     for name, data in CONTENTS.items():
         r = results[name]
-        assert r.file_hash == hashes.hash_to_hex(hashes.file_hash(*_chunks(data)))
-        assert r.sha256 == hashlib.sha256(data).hexdigest()
+        assert r.file_hex == hashes.hash_to_hex(hashes.file_hash(*_chunks(data)))
+        assert r.sha256_hex == hashlib.sha256(data).hexdigest()
         dest = tmp_path / "out" / name
-        download_to_path(backend, r.file_hash, dest, size=len(data), sha256=r.sha256)
+        download_to_path(backend, r.file_hex, dest, size=len(data), sha256_hex=r.sha256_hex)
         assert dest.read_bytes() == data, name
         assert oct(dest.stat().st_mode & 0o777) == "0o644"
     big = CONTENTS["multi-xorb"]
     out = io.BytesIO()
-    download(backend, results["multi-xorb"].file_hash, out, byte_range=(67_000_000, 67_200_000))
+    download(backend, results["multi-xorb"].file_hex, out, byte_range=(67_000_000, 67_200_000))
     assert out.getvalue() == big[67_000_000:67_200_001]
 
 
@@ -103,7 +104,7 @@ def test_second_version_sends_only_changed_chunks(kind: str, server: RunningServ
     assert _stored_xorb_bytes(data_dir) - before < 0.02 * len(v2)
     assert up.stats.global_queries == 0
     out = io.BytesIO()
-    download(backend, r2.file_hash, out, sha256=r2.sha256)
+    download(backend, r2.file_hex, out, sha256_hex=r2.sha256_hex)
     assert out.getvalue() == v2
 
 
@@ -115,7 +116,7 @@ def test_interop_with_hf_xet_both_ways(server: RunningServer, tmp_path: Path) ->
     backend = _http(server)
     # We download what hf-xet uploaded.
     out = io.BytesIO()
-    download(backend, info["hash"], out, sha256=hashlib.sha256(theirs).hexdigest())
+    download(backend, info["hash"], out, sha256_hex=hashlib.sha256(theirs).hexdigest())
     assert out.getvalue() == theirs
     # We dedup against it through the global dedup API (fresh cache), then hf-xet reads ours.
     ours = theirs[:2_000_000] + b"local edit" + theirs[2_000_000:]
@@ -124,7 +125,7 @@ def test_interop_with_hf_xet_both_ways(server: RunningServer, tmp_path: Path) ->
         up.finalize()
     assert up.stats.global_queries >= 1
     assert r.new_bytes < 0.1 * len(ours)
-    hf_xet_oracle.remote_download([(tmp_path / "ours.out", r.file_hash, len(ours))], server.url, token, tmp_path / "hf2")
+    hf_xet_oracle.remote_download([(tmp_path / "ours.out", r.file_hex, len(ours))], server.url, token, tmp_path / "hf2")
     assert (tmp_path / "ours.out").read_bytes() == ours
 
 
@@ -141,7 +142,7 @@ def test_transient_faults_are_retried(server: RunningServer, tmp_path: Path) -> 
             r = up.add_bytes(data)
             up.finalize()
         out = io.BytesIO()
-        download(backend, r.file_hash, out, sha256=r.sha256)
+        download(backend, r.file_hex, out, sha256_hex=r.sha256_hex)
     assert out.getvalue() == data
     assert plan.faults_injected == 7
 
@@ -174,7 +175,7 @@ def test_expired_xorb_urls_are_refreshed(tmp_path: Path) -> None:
 
         slow = SlowFirstFetch(srv.url, StaticToken(srv.token("read")), policy=FAST_RETRY)
         out = io.BytesIO()
-        download(slow, r.file_hash, out, sha256=r.sha256)
+        download(slow, r.file_hex, out, sha256_hex=r.sha256_hex)
         assert out.getvalue() == data
         assert slow.delayed
 
@@ -191,7 +192,7 @@ def test_corrupt_server_data_is_rejected(tmp_path: Path) -> None:
     raw[1_000_000] ^= 0xFF  # inside a stored (uncompressed) chunk of random data
     xorb_file.write_bytes(bytes(raw))
     with pytest.raises(IntegrityError, match="does not hash to"):
-        download_to_path(backend, r.file_hash, tmp_path / "out.bin")
+        download_to_path(backend, r.file_hex, tmp_path / "out.bin")
     assert not (tmp_path / "out.bin").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
 
@@ -216,7 +217,7 @@ def test_resume_after_interrupted_upload_does_not_resend_xorbs(server: RunningSe
         up.finalize()
     assert up.stats.xorb_bytes_sent == 0 and r.new_bytes == 0
     out = io.BytesIO()
-    download(backend, r.file_hash, out, sha256=r.sha256)
+    download(backend, r.file_hex, out, sha256_hex=r.sha256_hex)
     assert out.getvalue() == data
 
 
@@ -225,14 +226,14 @@ def test_refreshing_token_source_against_hub_routes(server: RunningServer, tmp_p
     from git_xet.client.tokens import RefreshingToken
 
     http = make_http_client()
-    tokens = RefreshingToken(f"{server.url}/api/models/acme/m/xet-write-token/main", {"Authorization": f"Bearer {server.token('write', repo='acme/m')}"}, http)
+    tokens = RefreshingToken(f"{server.url}/api/models/acme/m/xet-write-token/main", bearer(server.token('write', repo='acme/m')), http)
     backend = HttpCasBackend(server.url, tokens, policy=FAST_RETRY, http=http)
     with Uploader(backend) as up:
         r = up.add_bytes(b"via a refreshed token" * 1000)
         up.finalize()
     assert tokens.cas_url == server.url
     out = io.BytesIO()
-    download(backend, r.file_hash, out)
+    download(backend, r.file_hex, out)
     assert out.getvalue() == b"via a refreshed token" * 1000
 
 

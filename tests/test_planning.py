@@ -15,7 +15,7 @@ from git_xet.core import hashes
 from git_xet.core.constants import MAX_CHUNK_SIZE
 from git_xet.core.reconstruction import Reconstruction
 from git_xet.core.shard import FileTerm
-from git_xet.storage.cas_store import XorbLayout
+from git_xet.core.xorb import XorbLayout
 from git_xet.storage.planning import MAX_FETCH_BYTES, plan_reconstruction
 
 KIB = 1024
@@ -27,8 +27,7 @@ def _layout(index: int, sizes: list[int], ratios: list[float]) -> XorbLayout:
     for size, ratio in zip(sizes, ratios):
         pos += 8 + max(1, int(size * ratio))
         ends.append(pos)
-    name = hashes.hash_to_hex(bytes([index]) * 32)
-    return XorbLayout(name, tuple(bytes([index, i % 256]) * 16 for i in range(len(sizes))), tuple(ends), tuple(sizes))
+    return XorbLayout(hashes.XetHash(bytes([index]) * 32), tuple(bytes([index, i % 256]) * 16 for i in range(len(sizes))), tuple(ends), tuple(sizes))
 
 
 @st.composite
@@ -43,7 +42,7 @@ def stored_files(draw: st.DrawFn) -> tuple[list[FileTerm], dict[str, XorbLayout]
         sizes = draw(st.lists(size, min_size=n, max_size=n))
         ratios = draw(st.lists(st.sampled_from([0.1, 0.5, 1.0]), min_size=n, max_size=n))
         layout = _layout(i + 1, sizes, ratios)
-        layouts[layout.hash] = layout
+        layouts[layout.xorb_hex] = layout
     names = sorted(layouts)
     terms = []
     for _ in range(draw(st.integers(1, 12))):
@@ -51,7 +50,7 @@ def stored_files(draw: st.DrawFn) -> tuple[list[FileTerm], dict[str, XorbLayout]
         n = len(layout.chunk_sizes)
         start = draw(st.integers(0, n - 1))
         end = draw(st.integers(start + 1, n))
-        terms.append(FileTerm(hashes.hex_to_hash(layout.hash), sum(layout.chunk_sizes[start:end]), start, end))
+        terms.append(FileTerm(hashes.hex_to_hash(layout.xorb_hex), sum(layout.chunk_sizes[start:end]), start, end))
     return terms, layouts
 
 
@@ -108,13 +107,13 @@ def test_repeated_region_is_fetched_once() -> None:
     """A B A: the second A reuses the first A's ranges (no second fetch of the same bytes)."""
     a = _layout(1, [MAX_CHUNK_SIZE] * 300, [1.0] * 300)  # ~37.5 MiB: three fetch ranges
     b = _layout(2, [64 * KIB] * 10, [1.0] * 10)
-    layouts = {a.hash: a, b.hash: b}
+    layouts = {a.xorb_hex: a, b.xorb_hex: b}
     terms = [
-        FileTerm(hashes.hex_to_hash(a.hash), 300 * MAX_CHUNK_SIZE, 0, 300),
-        FileTerm(hashes.hex_to_hash(b.hash), 640 * KIB, 0, 10),
-        FileTerm(hashes.hex_to_hash(a.hash), 100 * MAX_CHUNK_SIZE, 50, 150),
+        FileTerm(hashes.hex_to_hash(a.xorb_hex), 300 * MAX_CHUNK_SIZE, 0, 300),
+        FileTerm(hashes.hex_to_hash(b.xorb_hex), 640 * KIB, 0, 10),
+        FileTerm(hashes.hex_to_hash(a.xorb_hex), 100 * MAX_CHUNK_SIZE, 50, 150),
     ]
     plan = plan_reconstruction(terms, layouts, (0, 300 * MAX_CHUNK_SIZE + 640 * KIB + 100 * MAX_CHUNK_SIZE - 1))
     fetched = sum(f.byte_end - f.byte_start + 1 for f in plan.fetches)
     assert fetched == a.byte_ends[-1] + b.byte_ends[-1]
-    assert len([f for f in plan.fetches if f.xorb == a.hash]) == -(-a.byte_ends[-1] // MAX_FETCH_BYTES)
+    assert len([f for f in plan.fetches if f.xorb == a.xorb_hex]) == -(-a.byte_ends[-1] // MAX_FETCH_BYTES)

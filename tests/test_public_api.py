@@ -69,13 +69,13 @@ def _run_example(tmp_path: Path, location: str, env_extra: dict[str, str] | None
     code = _readme_example()
     assert EXAMPLE_STORE in code
     proc = _python(code.replace(EXAMPLE_STORE, location), work, {"GIT_XET_CACHE": str(tmp_path / "cache"), **(env_extra or {})})
-    file_hash, sha256, size, new_bytes = proc.stdout.split()
+    file_hex, sha256_hex, size, new_bytes = proc.stdout.split()
     assert (work / "copy.safetensors").read_bytes() == data
     # Against what others compute: sha256 by hashlib, the XET file hash by hf-xet.
-    assert sha256 == hashlib.sha256(data).hexdigest()
-    assert [file_hash] == hf_xet_oracle.hash_files([work / "model.safetensors"], tmp_path)
+    assert sha256_hex == hashlib.sha256(data).hexdigest()
+    assert [file_hex] == hf_xet_oracle.hash_files([work / "model.safetensors"], tmp_path)
     assert int(size) == len(data) and 0 < int(new_bytes) <= len(data)
-    return data, {"file_hash": file_hash, "sha256": sha256}
+    return data, {"file_hex": file_hex, "sha256_hex": sha256_hex}
 
 
 def test_readme_example_against_a_directory_store(tmp_path: Path) -> None:
@@ -86,8 +86,8 @@ def test_readme_example_against_a_directory_store(tmp_path: Path) -> None:
 
     held = CasStore(store)
     try:
-        found = held.file_by_sha256(uploaded["sha256"])
-        assert found is not None and found.hash == uploaded["file_hash"]
+        found = held.file_by_sha256(uploaded["sha256_hex"])
+        assert found is not None and found.file_hex == uploaded["file_hex"]
     finally:
         held.close()
 
@@ -97,7 +97,7 @@ def test_readme_example_against_git_xet_serve(tmp_path: Path) -> None:
         data, uploaded = _run_example(tmp_path, server.url, {"GIT_XET_TOKEN": server.token("write")})
         # hf-xet downloads what the example uploaded: the server holds the file it reported.
         out = tmp_path / "by-hf-xet.bin"
-        hf_xet_oracle.remote_download([(out, uploaded["file_hash"], len(data))], server.url, server.token("read"), tmp_path)
+        hf_xet_oracle.remote_download([(out, uploaded["file_hex"], len(data))], server.url, server.token("read"), tmp_path)
         assert out.read_bytes() == data
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from git_xet.client.shard_cache import ShardCache
 from git_xet.core.hashes import hash_to_hex
+from git_xet.core.http_headers import bearer
 from git_xet.core.xorb import verify_xorb
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.storage.cas_store import CasStore
@@ -174,7 +175,7 @@ def _file_hex(data: bytes) -> str:
 def _assert_not_exposed(srv_url: str, token: str, file_hex: str) -> None:
     import httpx
 
-    resp = httpx.get(f"{srv_url}/v1/reconstructions/{file_hex}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    resp = httpx.get(f"{srv_url}/v1/reconstructions/{file_hex}", headers=bearer(token), timeout=30)
     assert resp.status_code == 404, resp.text
 
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from git_xet.core import hashes, shard, xorb
+from git_xet.core.http_headers import bearer
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.storage.cas_store import CasStore
 from tests import hf_xet_oracle
@@ -26,10 +27,6 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("server")
     with running_server(root / "data") as srv:
         yield srv
-
-
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def _upload_objects(data: bytes) -> tuple[xorb.VerifiedXorb, bytes, bytes]:
@@ -115,7 +112,7 @@ def test_hf_xet_dedups_against_an_earlier_upload(server: RunningServer, tmp_path
 
 def _fetch_range(client: httpx.Client, server: RunningServer, file_hex: str, token: str, header: str | None, version: int, length: int) -> tuple[int, bytes]:
     """Download like a client: query, fetch each signed range, decode, skip the offset, truncate."""
-    headers = _auth(token) | ({"Range": header} if header else {})
+    headers = bearer(token) | ({"Range": header} if header else {})
     resp = client.get(f"{server.url}/v{version}/reconstructions/{file_hex}", headers=headers)
     if resp.status_code != 200:
         return resp.status_code, b""
@@ -146,8 +143,8 @@ def test_byte_ranges_inclusive_and_416(server: RunningServer, version: int) -> N
     token = server.token("write")
     file_hex = hashes.hash_to_hex(file_hash)
     with httpx.Client(timeout=30) as client:
-        assert client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token)).status_code == 200
-        assert client.post(f"{server.url}/v1/shards", content=body, headers=_auth(token)).json() == {"result": 1}
+        assert client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=bearer(token)).status_code == 200
+        assert client.post(f"{server.url}/v1/shards", content=body, headers=bearer(token)).json() == {"result": 1}
         for header, expected in [
             (None, data),
             ("bytes=0-0", data[:1]),
@@ -158,8 +155,8 @@ def test_byte_ranges_inclusive_and_416(server: RunningServer, version: int) -> N
         ]:
             status, got = _fetch_range(client, server, file_hex, token, header, version, len(expected))
             assert status == 200 and got == expected, header
-        assert client.get(f"{server.url}/v{version}/reconstructions/{file_hex}", headers=_auth(token) | {"Range": f"bytes={len(data)}-{len(data) + 5}"}).status_code == 416
-        assert client.get(f"{server.url}/v{version}/reconstructions/{'0' * 63}1", headers=_auth(token)).status_code == 404
+        assert client.get(f"{server.url}/v{version}/reconstructions/{file_hex}", headers=bearer(token) | {"Range": f"bytes={len(data)}-{len(data) + 5}"}).status_code == 416
+        assert client.get(f"{server.url}/v{version}/reconstructions/{'0' * 63}1", headers=bearer(token)).status_code == 404
 
 
 def test_signed_urls_are_bound_to_range_and_expiry(server: RunningServer) -> None:
@@ -167,9 +164,9 @@ def test_signed_urls_are_bound_to_range_and_expiry(server: RunningServer) -> Non
     built, body, file_hash = _upload_objects(data)
     token = server.token("write")
     with httpx.Client(timeout=30) as client:
-        client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token))
-        client.post(f"{server.url}/v1/shards", content=body, headers=_auth(token))
-        recon = client.get(f"{server.url}/v1/reconstructions/{hashes.hash_to_hex(file_hash)}", headers=_auth(token)).json()
+        client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=bearer(token))
+        client.post(f"{server.url}/v1/shards", content=body, headers=bearer(token))
+        recon = client.get(f"{server.url}/v1/reconstructions/{hashes.hash_to_hex(file_hash)}", headers=bearer(token)).json()
         (entry,) = recon["fetch_info"][hashes.hash_to_hex(built.xorb_hash)]
         url, b0, b1 = entry["url"], entry["url_range"]["start"], entry["url_range"]["end"]
         assert b1 == len(built.body) - 1  # inclusive end
@@ -192,10 +189,10 @@ def test_auth_is_required_and_scoped(server: RunningServer) -> None:
     before = _snapshot(server)
     with httpx.Client(timeout=30) as client:
         assert client.post(url, content=built.body).status_code == 401
-        assert client.post(url, content=built.body, headers=_auth("xet1.garbage.sig")).status_code == 401
-        assert client.post(url, content=built.body, headers=_auth(server.token("write", ttl=-5))).status_code == 401
-        assert client.post(url, content=built.body, headers=_auth(server.token("read"))).status_code == 403
-        assert client.post(f"{server.url}/v1/shards", content=body, headers=_auth(server.token("read"))).status_code == 403
+        assert client.post(url, content=built.body, headers=bearer("xet1.garbage.sig")).status_code == 401
+        assert client.post(url, content=built.body, headers=bearer(server.token("write", ttl=-5))).status_code == 401
+        assert client.post(url, content=built.body, headers=bearer(server.token("read"))).status_code == 403
+        assert client.post(f"{server.url}/v1/shards", content=body, headers=bearer(server.token("read"))).status_code == 403
     assert _snapshot(server) == before
     assert server.token("write") not in server.log()
 
@@ -206,15 +203,15 @@ def test_bad_xorbs_are_refused_without_a_trace(server: RunningServer) -> None:
     name = hashes.hash_to_hex(built.xorb_hash)
     before = _snapshot(server)
     with httpx.Client(timeout=30) as client:
-        wrong_name = client.post(f"{server.url}/v1/xorbs/default/{'1' * 64}", content=built.body, headers=_auth(token))
+        wrong_name = client.post(f"{server.url}/v1/xorbs/default/{'1' * 64}", content=built.body, headers=bearer(token))
         assert wrong_name.status_code == 400 and "does not match" in wrong_name.json()["error"]
-        truncated = client.post(f"{server.url}/v1/xorbs/default/{name}", content=built.body[:-100], headers=_auth(token))
+        truncated = client.post(f"{server.url}/v1/xorbs/default/{name}", content=built.body[:-100], headers=bearer(token))
         assert truncated.status_code == 400
-        assert client.post(f"{server.url}/v1/xorbs/default/{name}", content=b"not a xorb", headers=_auth(token)).status_code == 400
+        assert client.post(f"{server.url}/v1/xorbs/default/{name}", content=b"not a xorb", headers=bearer(token)).status_code == 400
         for path in ["../../etc/passwd", "..%2F..%2Fsecret", "a" * 63 + "/", "g" * 64]:
-            resp = client.post(f"{server.url}/v1/xorbs/default/{path}", content=built.body, headers=_auth(token))
+            resp = client.post(f"{server.url}/v1/xorbs/default/{path}", content=built.body, headers=bearer(token))
             assert resp.status_code in (400, 404), path
-        too_big = client.post(f"{server.url}/v1/shards", content=b"\0" * (65 * 1024 * 1024), headers=_auth(token))
+        too_big = client.post(f"{server.url}/v1/shards", content=b"\0" * (65 * 1024 * 1024), headers=bearer(token))
         assert too_big.status_code == 413
     assert _snapshot(server) == before
 
@@ -248,24 +245,24 @@ def test_shards_with_missing_xorbs_or_wrong_verification_are_refused_atomically(
     data = random_bytes(300_000, 60)
     digest = hash_bytes(data)
     with httpx.Client(timeout=30) as client:
-        assert client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(good_xorb.xorb_hash)}", content=good_xorb.body, headers=_auth(token)).status_code == 200
+        assert client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(good_xorb.xorb_hash)}", content=good_xorb.body, headers=bearer(token)).status_code == 200
         before = _snapshot(server)
-        resp = client.post(f"{server.url}/v1/shards", content=missing_shard, headers=_auth(token))
+        resp = client.post(f"{server.url}/v1/shards", content=missing_shard, headers=bearer(token))
         assert resp.status_code == 400 and "never uploaded" in resp.json()["error"]
         # A shard with one valid file and one whose verification hash is wrong: nothing registers.
         term = shard.FileTerm(good_xorb.xorb_hash, len(data), 0, len(good_xorb.chunk_hashes))
         good = shard.FileInfo(digest.file_hash, (term,), (hashes.verification_hash(good_xorb.chunk_hashes),), hashlib.sha256(data).digest())
         bad = shard.FileInfo(bytes(range(32)), (term,), (bytes(32),), None)
         body = shard.serialize_shard(shard.Shard((good, bad)), with_footer=False)
-        resp = client.post(f"{server.url}/v2/shards", content=body, headers=_auth(token))
+        resp = client.post(f"{server.url}/v2/shards", content=body, headers=bearer(token))
         frames = [line for line in resp.text.splitlines() if line]
         assert '"type": "error"' in frames[-1] and "verification" in frames[-1]
         assert _snapshot(server) == before
-        assert client.post(f"{server.url}/v1/shards", content=b"garbage", headers=_auth(token)).status_code == 400
+        assert client.post(f"{server.url}/v1/shards", content=b"garbage", headers=bearer(token)).status_code == 400
         # The valid file alone registers, and a repeat is answered result 0.
         body = shard.serialize_shard(shard.Shard((good,)), with_footer=False)
-        assert client.post(f"{server.url}/v1/shards", content=body, headers=_auth(token)).json() == {"result": 1}
-        assert client.post(f"{server.url}/v1/shards", content=body, headers=_auth(token)).json() == {"result": 0}
+        assert client.post(f"{server.url}/v1/shards", content=body, headers=bearer(token)).json() == {"result": 1}
+        assert client.post(f"{server.url}/v1/shards", content=body, headers=bearer(token)).json() == {"result": 0}
 
 
 def test_global_dedup_answer_is_a_keyed_shard_with_footer(server: RunningServer) -> None:
@@ -273,11 +270,11 @@ def test_global_dedup_answer_is_a_keyed_shard_with_footer(server: RunningServer)
     data = random_bytes(600_000, 70)
     built, body, _ = _upload_objects(data)
     with httpx.Client(timeout=30) as client:
-        client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=_auth(token))
-        client.post(f"{server.url}/v1/shards", content=body, headers=_auth(token))
+        client.post(f"{server.url}/v1/xorbs/default/{hashes.hash_to_hex(built.xorb_hash)}", content=built.body, headers=bearer(token))
+        client.post(f"{server.url}/v1/shards", content=body, headers=bearer(token))
         first_chunk = hashes.hash_to_hex(built.chunk_hashes[0])
         for namespace in ("default", "default-merkledb"):
-            resp = client.get(f"{server.url}/v1/chunks/{namespace}/{first_chunk}", headers=_auth(token))
+            resp = client.get(f"{server.url}/v1/chunks/{namespace}/{first_chunk}", headers=bearer(token))
             assert resp.status_code == 200
             answer = shard.parse_shard(resp.content)
             key = answer.chunk_hash_key
@@ -286,7 +283,7 @@ def test_global_dedup_answer_is_a_keyed_shard_with_footer(server: RunningServer)
             assert cas.xorb_hash == built.xorb_hash
             assert [c.chunk_hash for c in cas.chunks] == [hashes.hmac_chunk_hash(h, key) for h in built.chunk_hashes]
             assert built.chunk_hashes[0] not in [c.chunk_hash for c in cas.chunks]  # never raw hashes
-        assert client.get(f"{server.url}/v1/chunks/default/{'2' * 64}", headers=_auth(token)).status_code == 404
+        assert client.get(f"{server.url}/v1/chunks/default/{'2' * 64}", headers=bearer(token)).status_code == 404
         assert client.post(f"{server.url}/v1/telemetry", content=b"{}").status_code == 200
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from git_xet.core.http_headers import bearer
 from tests import hf_xet_oracle
 from tests.datagen import random_bytes
 from tests.server_process import RunningServer, running_server
@@ -49,12 +50,12 @@ def test_upload_negotiation_token_refresh_and_download_bridge(server: RunningSer
     assert int(headers["X-Xet-Token-Expiration"]) > 0
     assert action["href"].endswith("/api/models/acme/model/xet-write-token/main")
 
-    refreshed = httpx.get(action["href"], headers={"Authorization": f"Bearer {user}"}, timeout=30)
+    refreshed = httpx.get(action["href"], headers=bearer(user), timeout=30)
     assert refreshed.status_code == 200
     info = refreshed.json()
     assert set(info) == {"casUrl", "exp", "accessToken"} and refreshed.headers["X-Xet-Access-Token"] == info["accessToken"]
     assert httpx.get(action["href"], timeout=30).status_code == 401
-    assert httpx.get(action["href"], headers={"Authorization": f"Bearer {server.token('read', repo=REPO)}"}, timeout=30).status_code == 403
+    assert httpx.get(action["href"], headers=bearer(server.token('read', repo=REPO)), timeout=30).status_code == 403
 
     # What upstream git-xet does with those headers: upload with hf-xet to the CAS URL.
     (tmp_path / "f.bin").write_bytes(data)
@@ -89,5 +90,5 @@ def test_batch_refusals(server: RunningServer) -> None:
     assert missing["objects"][0]["error"]["code"] == 404
     bad = _batch(server, "upload", [{"oid": "../etc", "size": 1}], server.token("write", repo=REPO), ["xet"]).json()
     assert bad["objects"][0]["error"]["code"] == 422
-    garbage = httpx.post(f"{server.url}/acme/model.git/info/lfs/objects/batch", content=b"{", headers={"Authorization": f"Bearer {server.token('write', repo=REPO)}"}, timeout=30)
+    garbage = httpx.post(f"{server.url}/acme/model.git/info/lfs/objects/batch", content=b"{", headers=bearer(server.token('write', repo=REPO)), timeout=30)
     assert garbage.status_code == 422

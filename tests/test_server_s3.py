@@ -28,6 +28,7 @@ from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from git_xet.server.grants import ABANDONED_AFTER, collect_abandoned_uploads
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
+from git_xet.core.http_headers import bearer
 from tests import hf_xet_oracle, hfjs_peer
 from tests.datagen import random_bytes
 from tests.objects import single_xorb
@@ -77,12 +78,12 @@ def test_our_client_puts_into_the_bucket_and_downloads_from_it(tmp_path: Path, s
         assert len(xorbs) == 1 and not _keys(bucket, "uploads/")  # staged copy removed after the commit
         assert len(_keys(bucket, "shards/")) == 1
 
-        plan = httpx.get(f"{server.url}/v2/reconstructions/{result.file_hash}", headers={"Authorization": f"Bearer {server.token('read')}"}).json()
+        plan = httpx.get(f"{server.url}/v2/reconstructions/{result.file_hex}", headers=bearer(server.token('read'))).json()
         urls = [entry["url"] for fetches in plan["xorbs"].values() for entry in fetches]
         assert urls and all(u.startswith(seaweed.endpoint + "/") for u in urls)
         before = len(_requests(server))
         out = io.BytesIO()
-        download(backend, result.file_hash, out, sha256=hashlib.sha256(DATA).hexdigest())
+        download(backend, result.file_hex, out, sha256_hex=hashlib.sha256(DATA).hexdigest())
         assert out.getvalue() == DATA
         assert not any(r["path"].startswith("/v1/xorb-data") for r in _requests(server)[before:])
 
@@ -115,7 +116,7 @@ def test_huggingface_js_downloads_from_the_bucket(tmp_path: Path, seaweed: Runni
         dest.mkdir()
         ranges = [(0, 1), (1_000_000, 2_500_001)]
         before = len(_requests(server))
-        hfjs_peer.download([(dest / "f", result.file_hash, len(DATA), ranges)], hfjs_peer.Endpoint(server.url, server.token(), server.token("read")))
+        hfjs_peer.download([(dest / "f", result.file_hex, len(DATA), ranges)], hfjs_peer.Endpoint(server.url, server.token(), server.token("read")))
         assert (dest / "f").read_bytes() == DATA
         for i, (start, end) in enumerate(ranges):
             assert (dest / f"f.range{i}").read_bytes() == DATA[start:end]
@@ -127,7 +128,7 @@ def test_bodies_that_do_not_match_are_refused_and_never_committed(tmp_path: Path
     body = bytes(built.body)
     xorb_hex = hashes.hash_to_hex(built.xorb_hash)
     with s3_server(tmp_path, seaweed) as (server, bucket):
-        auth = {"Authorization": f"Bearer {server.token()}"}
+        auth = bearer(server.token())
 
         def grant_for(length: int, crc: int) -> dict:
             resp = httpx.post(f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth, json={"length": length, "checksum": {"algo": "crc64nvme", "value": str(crc)}})
@@ -186,7 +187,7 @@ def test_post_xorbs_still_works_on_a_bucket(tmp_path: Path, seaweed: RunningS3) 
         assert _calls(server)[("POST", "xorbs", 200)] == 2
         assert len(_keys(bucket, "xorbs/")) == 2
         out = io.BytesIO()
-        download(backend, result.file_hash, out, sha256=hashlib.sha256(data).hexdigest())
+        download(backend, result.file_hex, out, sha256_hex=hashlib.sha256(data).hexdigest())
         assert out.getvalue() == data
 
 
@@ -219,7 +220,7 @@ def test_a_grant_never_committed_is_collected(tmp_path: Path, seaweed: RunningS3
     body = bytes(built.body)
     xorb_hex = hashes.hash_to_hex(built.xorb_hash)
     with s3_server(tmp_path, seaweed) as (server, bucket):
-        auth = {"Authorization": f"Bearer {server.token()}"}
+        auth = bearer(server.token())
         g = httpx.post(
             f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth,
             json={"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc64nvme_reference(body))}},

@@ -22,6 +22,7 @@ from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
 from tests.datagen import random_bytes
+from tests.gitenv import run_git_xet
 from tests.objects import single_xorb
 from tests.server_process import RunningServer, running_server
 
@@ -75,10 +76,7 @@ def test_a_full_disk_answers_507_and_is_not_retried(tmp_path: Path, monkeypatch:
 
 def test_a_second_server_on_the_same_directory_is_refused(tmp_path: Path) -> None:
     with running_server(tmp_path / "data") as first:
-        second = subprocess.run(
-            [sys.executable, "-m", "git_xet", "serve", "--data", str(tmp_path / "data"), "--port", "0"],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        second = run_git_xet("serve", "--data", str(tmp_path / "data"), "--port", "0", timeout=60)
         assert second.returncode == 1
         assert f"in use by another git-xet server (pid {first.process.pid})" in second.stderr
         assert httpx.get(first.url + "/health").status_code == 200  # the first one is unharmed

@@ -25,6 +25,7 @@ from git_xet.client.shard_cache import ShardCache
 from git_xet.client.tokens import StaticToken
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
+from git_xet.core.http_headers import bearer
 from tests.datagen import random_bytes
 from tests.gitenv import GitEnv, make_git_env
 from tests.server_process import running_server
@@ -57,9 +58,9 @@ class _Store:
 
 def _upload(backend: XetBackend, cache_root: Path, *files: bytes) -> tuple[Uploader, list[str]]:
     with Uploader(backend, ShardCache(cache_root, backend.cache_key)) as up:
-        hashes = [up.add_bytes(data).file_hash for data in files]
+        hashes = [up.add_bytes(data).file_hex for data in files]
         up.last_results = up.finalize()
-    assert [r.file_hash for r in up.last_results] == hashes
+    assert [r.file_hex for r in up.last_results] == hashes
     return up, hashes
 
 
@@ -215,7 +216,7 @@ def test_the_server_names_a_missing_xorb_refusal_with_a_stable_code(tmp_path: Pa
     shard = Shard(cas=(CasInfo.from_chunks(bytes(range(32)), [chunk_hash(chunk)], [len(chunk)], 100),))
     body = serialize_shard(shard, with_footer=False)
     with running_server(tmp_path / "data") as srv:
-        headers = {"Authorization": f"Bearer {srv.token('write')}"}
+        headers = bearer(srv.token('write'))
         v1 = httpx.post(f"{srv.url}/v1/shards", content=body, headers=headers)
         v2 = httpx.post(f"{srv.url}/v2/shards", content=body, headers=headers)
     assert v1.status_code == 400

@@ -21,6 +21,7 @@ from git_xet.core import hashes
 from git_xet.core.checksums import crc64nvme, crc64nvme_reference
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
+from git_xet.core.http_headers import bearer
 from tests import hf_xet_oracle
 from tests.datagen import random_bytes
 from tests.fault_proxy import FaultPlan, fault_proxy
@@ -53,9 +54,9 @@ def _round_trip(url: str, token: str, data: bytes) -> str:
         result = up.add_bytes(data)
         up.finalize()
     out = io.BytesIO()
-    download(backend, result.file_hash, out, sha256=hashlib.sha256(data).hexdigest())
+    download(backend, result.file_hex, out, sha256_hex=hashlib.sha256(data).hexdigest())
     assert out.getvalue() == data
-    return result.file_hash
+    return result.file_hex
 
 
 def test_crc64nvme_matches_its_reference_and_check_value() -> None:
@@ -136,7 +137,7 @@ def test_puts_that_do_not_match_their_grant_are_refused(tmp_path: Path) -> None:
     xorb_hex = hashes.hash_to_hex(built.xorb_hash)
     assert crc64nvme is not None
     with running_server(tmp_path / "data") as server:
-        auth = {"Authorization": f"Bearer {server.token()}"}
+        auth = bearer(server.token())
 
         def grant(length: int, crc: int) -> dict:
             resp = httpx.post(f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth, json={"length": length, "checksum": {"algo": "crc64nvme", "value": str(crc)}})

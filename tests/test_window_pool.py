@@ -46,7 +46,7 @@ def test_repeated_downloads_reuse_their_windows(tmp_path: Path) -> None:
         made = []
         for k in range(3):
             dest = tmp_path / f"out-{k}"
-            download_to_path(backend, result.file_hash, dest, size=len(data), sha256=result.sha256)
+            download_to_path(backend, result.file_hex, dest, size=len(data), sha256_hex=result.sha256_hex)
             assert hashlib.sha256(dest.read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
             made.append(xorb_range_windows().maps_made)
     # The first download creates its maps; the later ones mostly find them among the spares.

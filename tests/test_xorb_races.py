@@ -87,7 +87,7 @@ def races(tmp_path_factory: pytest.TempPathFactory):
 def _read_back(backend, data: bytes, digest: FileDigest, xorb_hash: bytes) -> None:
     backend.upload_shard(_file_shard(digest, xorb_hash))
     out = io.BytesIO()
-    download(backend, hashes.hash_to_hex(digest.file_hash), out, sha256=hashlib.sha256(data).hexdigest())
+    download(backend, hashes.hash_to_hex(digest.file_hash), out, sha256_hex=hashlib.sha256(data).hexdigest())
     assert out.getvalue() == data
 
 

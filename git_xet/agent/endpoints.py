@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..core.errors import XetError
+from ..core.http_headers import bearer
+from ..gitcmd import config_list, run_git
 
 
 class ConfigError(XetError):
@@ -41,15 +42,9 @@ def _config_snapshot() -> dict[str, str]:
     object, times thousands of objects. Nothing changes the config during one git-lfs command.
     Later values win, as for `git config --get`.
     """
-    try:
-        out = subprocess.run(["git", "config", "--list", "-z"], capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
     values: dict[str, str] = {}
-    for entry in out.stdout.decode("utf-8", "replace").split("\0"):
-        key, _, value = entry.partition("\n")
-        if key:
-            values[_canonical(key)] = value
+    for key, value in config_list():
+        values[_canonical(key)] = value
     return values
 
 
@@ -60,10 +55,10 @@ def git_config(key: str) -> str | None:
 
 @functools.cache
 def git_common_dir() -> Path:
-    out = subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True, text=True, timeout=30, check=False)
-    if out.returncode != 0:
+    common = run_git("rev-parse", "--git-common-dir").value()
+    if common is None:
         raise ConfigError("not inside a git repository (git rev-parse --git-common-dir failed)")
-    return Path(out.stdout.strip()).resolve()
+    return Path(common).resolve()
 
 
 @dataclass(frozen=True)
@@ -116,11 +111,7 @@ def lfs_config(key: str) -> str | None:
     value = git_config(key)
     if value:
         return value
-    try:
-        out = subprocess.run(["git", "config", "--file", ".lfsconfig", "--get", key], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
+    return run_git("config", "--file", ".lfsconfig", "--get", key).value()
 
 
 def lfs_endpoint(remote: str | None) -> str:
@@ -192,9 +183,9 @@ def credential_headers(url: str) -> dict[str, str]:
     parts = urlsplit(url)
     token = os.environ.get("HF_TOKEN")
     if token and parts.scheme == "https" and origin(url) == origin(hub_endpoint()):
-        return {"Authorization": f"Bearer {token}"}
+        return bearer(token)
     if parts.password:
-        return {"Authorization": f"Bearer {parts.password}"}
+        return bearer(parts.password)
     found = _netrc_login(parts.hostname or "") or _git_credential(parts.scheme, parts.netloc.rpartition("@")[2], parts.path)
     if found is None:
         return {}
@@ -218,18 +209,7 @@ def _netrc_login(host: str) -> tuple[str, str] | None:
 
 def _git_credential(scheme: str, host: str, path: str) -> tuple[str, str] | None:
     query = f"protocol={scheme}\nhost={host}\npath={path.lstrip('/')}\n\n"
-    try:
-        out = subprocess.run(
-            ["git", "credential", "fill"],
-            input=query,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            env=dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="", SSH_ASKPASS=""),
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    out = run_git("credential", "fill", input=query, timeout=30, env=dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="", SSH_ASKPASS=""))
     fields = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
     if out.returncode == 0 and fields.get("password"):
         return fields.get("username", ""), fields["password"]

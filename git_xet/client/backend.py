@@ -22,6 +22,11 @@ class XetBackend(Protocol):
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         """Global dedup: a shard of xorbs holding this chunk (maybe HMAC-keyed), or None."""
 
+    def file_for_sha256(self, oid: str, size: int) -> str | None:
+        """The XET file hash of the Git LFS object `oid` (its sha256 hex, `size` bytes) in this
+        store, or None when the store does not hold it: how standalone mode finds an object
+        git-lfs names only by oid, and skips uploading one already stored."""
+
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
         """How to rebuild the file or inclusive byte range; NotFoundError / RangeNotSatisfiableError."""
 

@@ -36,9 +36,9 @@ from ..core import hashes
 from ..core.errors import FormatError
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import FileInfo, Shard, parse_shard
-from ..core.xorb import XorbFooter, verify_xorb
+from ..core.xorb import XorbFooter, XorbLayout, verify_xorb
 from ..fsutil import atomic_write
-from ..storage.cas_store import CasStore, XorbLayout
+from ..storage.cas_store import CasStore
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import S3Error, S3ObjectStore
 from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, RejectedError, StoreDamagedError, TransferError, from_storage_error
@@ -173,7 +173,7 @@ class BucketBackend:
 
     # ------------------------------------------------------------------ downloads
 
-    def file_for_sha256(self, oid: str) -> str | None:
+    def file_for_sha256(self, oid: str, size: int | None = None) -> str | None:
         """The XET file hash of the LFS object `oid`, or None when the bucket does not hold it."""
         self.check()
         try:
@@ -275,7 +275,7 @@ class BucketBackend:
         sizes = tuple(b - a for a, b in zip((0, *footer.unpacked_ends), footer.unpacked_ends))
         if footer.xorb_hash != hashes.hex_to_hash(xorb_hex) or hashes.xorb_hash(footer.chunk_hashes, sizes) != footer.xorb_hash:
             raise StoreDamagedError(damaged)
-        layout = XorbLayout(xorb_hex, footer.chunk_hashes, footer.byte_ends, sizes)
+        layout = XorbLayout(footer.xorb_hash, footer.chunk_hashes, footer.byte_ends, sizes)
         with self._lock:
             self._layouts[xorb_hex] = layout
         return layout

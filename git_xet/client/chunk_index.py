@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.hashes import hmac_chunk_hash, is_global_dedup_eligible
+from ..core.hashes import XetHash, hmac_chunk_hash, is_global_dedup_eligible
 from ..core.shard import NO_EXPIRY, Shard
 
 log = logging.getLogger("git_xet.cache")
@@ -87,7 +87,7 @@ def _prefix(digest: bytes) -> int:
 class CachedXorb:
     """A cached xorb's chunk hashes (HMAC-keyed when `key` is set), to extend and verify matches."""
 
-    xorb_hash: bytes
+    xorb_hash: XetHash
     hashes: bytes  # 32 bytes per chunk
     key: bytes | None
     expiry: float | None

@@ -19,6 +19,8 @@ to do.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.errors import XetError
@@ -143,3 +145,28 @@ def refuses_missing_xorbs(code: object, message: object) -> bool:
     if code is not None:
         return code == "missing_xorb"
     return isinstance(message, str) and any(m in message for m in _MISSING_XORB_MESSAGES)
+
+
+@dataclass(frozen=True)
+class ErrorBody:
+    """What a server's error answer says: its explanation, and its stable reason code if any."""
+
+    message: str
+    code: str | None = None
+
+
+def error_from_body(content: bytes | str, *, limit: int = 200) -> ErrorBody:
+    """The one reader of error bodies. A `git xet serve` or CAS answer is `{"error": message,
+    "code"?: reason}`, a Git LFS answer `{"message": message}`, an NDJSON shard frame
+    `{"type": "error", "message", "code"?}`; anything else (a proxy's HTML page) is kept as
+    text, cut to `limit` characters, since it goes into one line of an error."""
+    try:
+        answer = json.loads(content)
+    except (ValueError, UnicodeDecodeError):
+        answer = None
+    if not isinstance(answer, dict):
+        text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+        return ErrorBody(text.strip()[:limit])
+    message = answer.get("error") or answer.get("message") or ""
+    code = answer.get("code")
+    return ErrorBody(str(message), code if isinstance(code, str) else None)

@@ -16,11 +16,14 @@ from .. import __version__
 from ..core.checksums import crc64nvme
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex
+from ..core.http_headers import SESSION_ID, bearer
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard, parse_shard
 from ..memory import xorb_range_windows
-from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, for_status
-from .retry import RETRYABLE_STATUS, RetryPolicy, with_retries
+from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
+from .http_errors import status_error
+from .lfs_batch import batch_one
+from .retry import RetryPolicy, with_retries
 from .tokens import StaticToken, TokenSource
 
 log = logging.getLogger("git_xet.client")
@@ -86,23 +89,6 @@ class _Grant:
         if not grant.url.startswith(("https://", "http://")) or not grant.id.replace("-", "").replace("_", "").isalnum():
             raise TransferError("the server granted an upload to an unusable URL or id")
         return grant
-
-
-def status_error(what: str, resp: httpx.Response) -> TransferError:
-    """The client error for a refused request: its class from the status and the server's
-    stable `code` (errors.for_status), its message from the server's JSON error body."""
-    code = None
-    try:
-        answer = resp.json()
-        detail = answer.get("error") or answer.get("message") or ""
-        code = answer.get("code") if isinstance(answer.get("code"), str) else None
-    except (ValueError, AttributeError):
-        detail = resp.text[:200]
-    message = f"{what}: HTTP {resp.status_code}{': ' + detail if detail else ''}"
-    value = resp.headers.get("retry-after", "")
-    retry_after = float(value) if value.replace(".", "", 1).isdigit() else None
-    error_class = for_status(resp.status_code, code, str(detail))
-    return error_class(message, retryable=resp.status_code in RETRYABLE_STATUS, status=resp.status_code, code=code, retry_after=retry_after)
 
 
 def timeout_from_env() -> httpx.Timeout:
@@ -205,10 +191,10 @@ class HttpCasBackend:
     # ------------------------------------------------------------------ plumbing
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        headers = {"X-Xet-Session-Id": self.session_id}
+        headers = {SESSION_ID: self.session_id}
         token = self.tokens.token()
         if token:
-            headers["Authorization"] = f"Bearer {token}"
+            headers |= bearer(token)
         return headers | (extra or {})
 
     def _request(
@@ -292,7 +278,7 @@ class HttpCasBackend:
         transient failures are retried; returns the status (2xx, 403 or 412)."""
 
         def attempt() -> int:
-            headers = grant.headers | {"X-Xet-Session-Id": self.session_id, "Content-Length": str(len(body))}
+            headers = grant.headers | {SESSION_ID: self.session_id, "Content-Length": str(len(body))}
             # httpx's hint says Iterable[bytes]; it writes any buffer, and views spare the copies.
             request = self.http.build_request(grant.method, grant.url, headers=headers, content=_body_slices(body))  # type: ignore[arg-type]
             resp = self.http.send(request, stream=True)
@@ -332,14 +318,27 @@ class HttpCasBackend:
                     raise TransferError(f"malformed shard upload result frame: {line[:200]}", retryable=True)
                 return result == 1
             if kind == "error":
-                message = f"the server refused the shard: {str(frame.get('message'))[:500]}"
-                code = frame.get("code") if isinstance(frame.get("code"), str) else None
+                refusal = error_from_body(line)
+                message = f"the server refused the shard: {refusal.message[:500]}"
                 status = frame.get("status")  # the status the refusal stands for (git-xet servers send it)
                 if not isinstance(status, int) or isinstance(status, bool):
                     status = 500 if frame.get("retryable") is True else 400
-                error_class = for_status(status, code, str(frame.get("message")))
-                raise error_class(message, retryable=frame.get("retryable") is True, code=code)
+                error_class = for_status(status, refusal.code, refusal.message)
+                raise error_class(message, retryable=frame.get("retryable") is True, code=refusal.code)
         raise TransferError("shard upload answer ended without a result", retryable=True)
+
+    # ------------------------------------------------------------------ lookups
+
+    def file_for_sha256(self, oid: str, size: int) -> str | None:
+        """Asked of a `git xet serve` through its Git LFS batch API: `/git-xet.git` is the batch
+        API of the repo this backend's token names, and an `xet` download action names the
+        file's hash. No action (a per-object 404, or an object of another size) means the store
+        does not hold it. A CAS without that route (the Hub's) refuses with an HTTP error."""
+        token = self.tokens.token()
+        answer = batch_one(
+            self.http, f"{self.endpoint}/git-xet.git/info/lfs", "download", ["xet"], oid, size, bearer(token) if token else {}, self.policy
+        )
+        return answer.xet_file_hash()
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         try:
@@ -384,7 +383,7 @@ class HttpCasBackend:
 
         def attempt() -> bytes | bytearray | memoryview:
             # Presigned URL: exactly the signed Range, and no bearer token.
-            headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", "X-Xet-Session-Id": self.session_id}
+            headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", SESSION_ID: self.session_id}
             with self.http.stream("GET", url, headers=headers) as resp:
                 if resp.status_code == 403:
                     raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)

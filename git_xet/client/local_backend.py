@@ -45,6 +45,13 @@ class LocalStoreBackend:
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         return self.store.dedup_shard(chunk_hash)
 
+    def file_for_sha256(self, oid: str, size: int | None = None) -> str | None:
+        try:
+            found = self.store.file_by_sha256(oid)
+        except StorageError as exc:
+            raise from_storage_error(exc, str(self.root)) from None
+        return found.file_hex if found else None
+
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
         try:
             stored = self.store.get_file(file_hex)

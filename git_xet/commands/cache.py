@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from ..client.location import CACHE_LABEL
+from ..gitcmd import run_git
 from ..client.shard_cache import ShardCache, default_cache_root
 
 
@@ -21,7 +21,7 @@ def _configured_keys() -> list[str]:
     """Cache keys of the stores configured here, for directories made before they were labelled."""
     from ..client.location import LocationError, parse_store_location
 
-    proc = subprocess.run(["git", "config", "--get-all", "xet.endpoint"], capture_output=True, text=True, timeout=30, check=False)
+    proc = run_git("config", "--get-all", "xet.endpoint")
     keys = []
     for text in [os.environ.get("GIT_XET_ENDPOINT", ""), *proc.stdout.splitlines()]:
         try:

@@ -13,16 +13,16 @@ The store comes from `--store`, or from `.xetconfig` committed in the repository
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
+from ..gitcmd import run_git
 from .install import GitError, Scope, install
 
 SHARED_CONFIG = ".xetconfig"
 
 
-def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=3600, check=False)
+# Clone and checkout of a big repository may take long; git shows its own progress meanwhile.
+LONG_GIT_TIMEOUT = 3600.0
 
 
 def _default_dir(url: str) -> str:
@@ -35,14 +35,14 @@ def clone(url: str, directory: str | None, store: str | None, remote: str = "ori
     from ..client.location import LocationError, is_local_store, parse_store_location
 
     target = Path(directory or _default_dir(url)).resolve()
-    proc = subprocess.run(["git", "clone", "--no-checkout", "--origin", remote, url, str(target)], text=True, timeout=3600, check=False)
-    if proc.returncode != 0:
-        raise GitError(f"git clone {url} failed (its message is above)")
+    proc = run_git("clone", "--no-checkout", "--origin", remote, url, str(target), capture=False, timeout=LONG_GIT_TIMEOUT)
+    if not proc.ok:
+        raise GitError(f"git clone {url} failed ({proc.stderr or 'its message is above'})")
     done = [f"cloned {url} into {target} (no checkout yet)"]
     source = "--store"
     if store is None:
-        shared = _git("config", "--blob", f"HEAD:{SHARED_CONFIG}", "--get", "xet.endpoint", cwd=target)
-        store, source = shared.stdout.strip() or None, f"{SHARED_CONFIG} in the repository"
+        store = run_git("config", "--blob", f"HEAD:{SHARED_CONFIG}", "--get", "xet.endpoint", cwd=target).value()
+        source = f"{SHARED_CONFIG} in the repository"
     if not store:
         raise GitError(
             f"the repository names no XET store (no xet.endpoint in a committed {SHARED_CONFIG}); run "
@@ -59,10 +59,10 @@ def clone(url: str, directory: str | None, store: str | None, remote: str = "ori
     os.chdir(target)
     try:
         done += install(Scope("--local"), where.location, remote, None)
-        checkout = subprocess.run(["git", "checkout", "--force", "HEAD", "--"], text=True, timeout=3600, check=False)
+        checkout = run_git("checkout", "--force", "HEAD", "--", capture=False, timeout=LONG_GIT_TIMEOUT)
     finally:
         os.chdir(previous)
-    if checkout.returncode != 0:
+    if not checkout.ok:
         raise GitError(f"checkout in {target} failed (its message is above); the clone is configured, retry with `git checkout HEAD -- .`")
     done.append("checked out, LFS files from the XET store")
     return done

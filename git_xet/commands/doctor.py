@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..core.http_headers import bearer
+from ..gitcmd import run_git
 
 
 @dataclass(frozen=True)
@@ -18,16 +20,8 @@ class Check:
     fix: str = ""
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str] | None:
-    try:
-        return subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
 def _config(key: str) -> str | None:
-    proc = _run("git", "config", "--get", key)
-    return proc.stdout.strip() if proc and proc.returncode == 0 and proc.stdout.strip() else None
+    return run_git("config", "--get", key).value()
 
 
 def checks() -> Iterator[Check]:
@@ -37,8 +31,8 @@ def checks() -> Iterator[Check]:
     yield Check(True, f"git-xet {__version__}")
     yield Check(NATIVE_AVAILABLE, "native C chunker" if NATIVE_AVAILABLE else "pure-Python chunker (slow)", "reinstall with gcc and Python headers available")
 
-    lfs = _run("git", "lfs", "version")
-    if lfs is None or lfs.returncode != 0:
+    lfs = run_git("lfs", "version")
+    if not lfs.ok:
         yield Check(False, "git-lfs not found", "install git-lfs (Debian/Ubuntu: apt-get install git-lfs)")
         return
     match = re.search(r"git-lfs/(\d+)\.(\d+)\.(\d+)", lfs.stdout)
@@ -72,9 +66,9 @@ def checks() -> Iterator[Check]:
 
 def _native_urls() -> list[str]:
     """URLs given to `git xet install --native` (lfs.<url>/.standalonetransferagent=xet)."""
-    proc = _run("git", "config", "--get-regexp", r"^lfs\..*\.standalonetransferagent$")
+    proc = run_git("config", "--get-regexp", r"^lfs\..*\.standalonetransferagent$")
     urls = []
-    for line in proc.stdout.splitlines() if proc and proc.returncode == 0 else []:
+    for line in proc.stdout.splitlines() if proc.ok else []:
         key, _, value = line.partition(" ")
         url = key[len("lfs.") : -len(".standalonetransferagent")]
         if value.strip() == "xet" and ".git-xet.invalid/" not in url:
@@ -82,17 +76,11 @@ def _native_urls() -> list[str]:
     return urls
 
 
-def _reason(resp) -> str:
-    """A server's own explanation of a refusal, as its JSON error body gives it."""
-    try:
-        body = resp.json()
-        return str(body.get("error") or body.get("message") or "") if isinstance(body, dict) else ""
-    except ValueError:
-        return ""
-
-
 def _refused(what: str, resp) -> str:
-    reason = _reason(resp)
+    """A refusal with the server's own explanation, as its error body gives it."""
+    from ..client.errors import error_from_body
+
+    reason = error_from_body(resp.content).message
     return f"{what} refused (HTTP {resp.status_code}{': ' + reason if reason else ''})"
 
 
@@ -156,7 +144,7 @@ def _check_server(url: str) -> Iterator[Check]:
     if not token:
         yield Check(False, "no access token", fix)
         return
-    auth = {"Authorization": f"Bearer {token}"}
+    auth = bearer(token)
     read = httpx.get(f"{url}/v1/reconstructions/{'0' * 64}", headers=auth, timeout=10)
     if read.status_code in (401, 403):
         yield Check(False, _refused("access token", read), fix)
@@ -178,7 +166,7 @@ def _check_native(url: str) -> Iterator[Check]:
     yield Check(True, f"mode: native XET for LFS endpoints under {url}")
     headers = credential_headers(url)
     hf_token = os.environ.get("HF_TOKEN")  # sent only to the Hub endpoint (see credential_headers)
-    source = "$HF_TOKEN" if hf_token and headers.get("Authorization") == f"Bearer {hf_token}" else "git credentials" if headers else None
+    source = "$HF_TOKEN" if hf_token and headers == bearer(hf_token) else "git credentials" if headers else None
     if source is None:
         yield Check(False, f"no credentials for {url}", "set HF_TOKEN, or store them with `git credential approve`")
         return

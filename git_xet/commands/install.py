@@ -9,12 +9,12 @@ remote only through a synthetic https LFS URL (a custom scheme would be parsed a
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import XetError
+from ..gitcmd import GitResult, run_git
 
 AGENT = "xet"
 SCOPED_URL = "https://{remote}.git-xet.invalid/lfs"
@@ -30,9 +30,9 @@ class Scope:
     flag: str  # --global, --local or --system
 
 
-def _git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(["git", *args], capture_output=True, text=True, timeout=60, check=False)
-    if check and proc.returncode != 0:
+def _git(*args: str, check: bool = True) -> GitResult:
+    proc = run_git(*args)
+    if check and not proc.ok:
         raise GitError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.returncode}")
     return proc
 
@@ -84,7 +84,7 @@ def install(scope: Scope, standalone: str | None, remote: str | None, concurrenc
         done.append(f"{'created a new' if created else 'using the existing'} XET store at {where.location}")
     if where is not None and where.kind == "s3":
         done.append(_create_bucket_store(where.location))
-    if _git("config", "--get", "filter.lfs.process", check=False).returncode != 0:
+    if not _git("config", "--get", "filter.lfs.process", check=False).ok:
         lfs_args = ["lfs", "install"] + (["--skip-repo"] if scope.flag != "--local" else ["--local"])
         if scope.flag == "--system":
             lfs_args.append("--system")

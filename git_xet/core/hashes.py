@@ -1,13 +1,20 @@
 """Hashes of the XET-BLAKE3-GEARHASH-LZ4 suite: chunk, merkle node, xorb, file, verification.
 
-All hashes are 32 raw bytes. Their text form (``hash_to_hex``) prints each 8-byte lane as a
-little-endian u64, which is how every XET client and server names objects.
+One representation: an XET hash is 32 raw bytes, typed `XetHash`, in every signature and field
+named `*_hash` (chunk_hash, xorb_hash, file_hash). Its text form (``hash_to_hex``) prints each
+8-byte lane as a little-endian u64, which is how every XET client and server names objects in
+URLs, JSON, SQL and file names; text is converted at those edges only, and names that hold
+it say so (`file_hex`, `xorb_hex`). Never `bytes.hex()`: that is not the XET text form.
+
+A sha256 (a Git LFS oid) is the ordinary hashlib digest: `sha256` fields hold its 32 raw
+bytes, `sha256_hex` and `oid` its usual lower-case hex.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import NewType
 
 import blake3
 
@@ -26,6 +33,10 @@ from .errors import FormatError
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
+# A NewType, not a class: chunk hashes are made by the million, and a bytes subclass would cost
+# an object per hash. Type checkers still keep it apart from arbitrary bytes.
+XetHash = NewType("XetHash", bytes)
+
 
 def hash_to_hex(digest: bytes) -> str:
     """The XET string form: four little-endian u64 lanes, each as 16 hex digits."""
@@ -34,12 +45,12 @@ def hash_to_hex(digest: bytes) -> str:
     return "".join(digest[i : i + 8][::-1].hex() for i in range(0, HASH_SIZE, 8))
 
 
-def hex_to_hash(text: str) -> bytes:
+def hex_to_hash(text: str) -> XetHash:
     """Inverse of hash_to_hex; rejects anything but exactly 64 hex digits."""
     if len(text) != 2 * HASH_SIZE or not _HEX_DIGITS.issuperset(text):
         raise FormatError(f"not a 64-digit hex hash: {text[:80]!r}")
     raw = bytes.fromhex(text)
-    return b"".join(raw[i : i + 8][::-1] for i in range(0, HASH_SIZE, 8))
+    return XetHash(b"".join(raw[i : i + 8][::-1] for i in range(0, HASH_SIZE, 8)))
 
 
 def is_hash_hex(text: str) -> bool:
@@ -47,17 +58,17 @@ def is_hash_hex(text: str) -> bool:
     return len(text) == 2 * HASH_SIZE and _HEX_DIGITS.issuperset(text)
 
 
-def keyed_hash(key: bytes, data: bytes | memoryview) -> bytes:
+def keyed_hash(key: bytes, data: bytes | memoryview) -> XetHash:
     """BLAKE3 keyed hash with a 32-byte key."""
-    return blake3.blake3(data, key=key).digest()
+    return XetHash(blake3.blake3(data, key=key).digest())
 
 
-def chunk_hash(data: bytes | memoryview) -> bytes:
+def chunk_hash(data: bytes | memoryview) -> XetHash:
     """Hash of one chunk's uncompressed bytes (DATA_KEY)."""
-    return blake3.blake3(data, key=DATA_KEY).digest()
+    return XetHash(blake3.blake3(data, key=DATA_KEY).digest())
 
 
-def hmac_chunk_hash(chunk_digest: bytes, key: bytes) -> bytes:
+def hmac_chunk_hash(chunk_digest: bytes, key: bytes) -> XetHash:
     """The keyed chunk hash used in global-dedup shards (xet-core calls it HMAC)."""
     return keyed_hash(key, chunk_digest)
 
@@ -82,7 +93,7 @@ def is_global_dedup_eligible(digest: bytes) -> bool:
     return last_lane(digest) % GLOBAL_DEDUP_MODULUS == 0
 
 
-def merged_node_hash(children: Sequence[tuple[bytes, int]]) -> tuple[bytes, int]:
+def merged_node_hash(children: Sequence[tuple[bytes, int]]) -> tuple[XetHash, int]:
     """One internal node: keyed hash over '{hex} : {size}\\n' lines, and the summed size."""
     text = "".join(f"{hash_to_hex(h)} : {size}\n" for h, size in children)
     return keyed_hash(INTERNAL_NODE_KEY, text.encode("ascii")), sum(size for _, size in children)
@@ -100,11 +111,11 @@ def _next_merge_cut(nodes: Sequence[tuple[bytes, int]], start: int) -> int:
     return end
 
 
-def merkle_root(nodes: Sequence[tuple[bytes, int]]) -> bytes:
+def merkle_root(nodes: Sequence[tuple[bytes, int]]) -> XetHash:
     """Root of the aggregated hash tree over (hash, size) leaves; ZERO_HASH when empty."""
     if not nodes:
-        return ZERO_HASH
-    level = list(nodes)
+        return XetHash(ZERO_HASH)
+    level: Sequence[tuple[bytes, int]] = nodes
     while len(level) > 1:
         parents = []
         start = 0
@@ -113,23 +124,23 @@ def merkle_root(nodes: Sequence[tuple[bytes, int]]) -> bytes:
             parents.append(merged_node_hash(level[start : start + cut]))
             start += cut
         level = parents
-    return level[0][0]
+    return XetHash(level[0][0])
 
 
-def xorb_hash(chunk_hashes: Sequence[bytes], chunk_sizes: Sequence[int]) -> bytes:
+def xorb_hash(chunk_hashes: Sequence[bytes], chunk_sizes: Sequence[int]) -> XetHash:
     """Hash of a xorb: the merkle root of its chunks (independent of compression)."""
     if len(chunk_hashes) != len(chunk_sizes):
         raise ValueError("chunk_hashes and chunk_sizes differ in length")
     return merkle_root(list(zip(chunk_hashes, chunk_sizes)))
 
 
-def file_hash(chunk_hashes: Sequence[bytes], chunk_sizes: Sequence[int]) -> bytes:
+def file_hash(chunk_hashes: Sequence[bytes], chunk_sizes: Sequence[int]) -> XetHash:
     """Hash of a file from its chunks. An empty file hashes to 32 zero bytes, as hf-xet does."""
     if not chunk_hashes:
-        return ZERO_HASH
+        return XetHash(ZERO_HASH)
     return keyed_hash(ZERO_KEY, xorb_hash(chunk_hashes, chunk_sizes))
 
 
-def verification_hash(chunk_hashes: Sequence[bytes]) -> bytes:
+def verification_hash(chunk_hashes: Sequence[bytes]) -> XetHash:
     """Term verification hash over the raw chunk hashes of one term's chunk range."""
     return keyed_hash(VERIFICATION_KEY, b"".join(chunk_hashes))

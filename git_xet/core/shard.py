@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from .constants import HASH_SIZE, ZERO_HASH
 from .errors import FormatError, TruncatedError
-from .hashes import hash_sort_key, hash_to_hex, hex_to_hash, hmac_chunk_hash, truncated_hash
+from .hashes import XetHash, hash_sort_key, hash_to_hex, hex_to_hash, hmac_chunk_hash, truncated_hash
 
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ assert _FOOTER.size == FOOTER_SIZE
 class FileTerm:
     """One term of a file reconstruction: chunks [chunk_start, chunk_end) of a xorb."""
 
-    xorb_hash: bytes
+    xorb_hash: XetHash
     unpacked_bytes: int
     chunk_start: int
     chunk_end: int
@@ -69,7 +69,7 @@ class FileInfo:
     so that its hash string equals the usual sha256 hex, as hf-xet does.
     """
 
-    file_hash: bytes
+    file_hash: XetHash
     terms: tuple[FileTerm, ...]
     verification: tuple[bytes, ...] | None = None
     sha256: bytes | None = None
@@ -99,7 +99,7 @@ class FileInfo:
 
 @dataclass(frozen=True, slots=True)
 class CasChunk:
-    chunk_hash: bytes
+    chunk_hash: XetHash
     byte_start: int
     unpacked_bytes: int
     flags: int = 0
@@ -109,7 +109,7 @@ class CasChunk:
 class CasInfo:
     """A xorb's chunk list: what dedup matches against."""
 
-    xorb_hash: bytes
+    xorb_hash: XetHash
     chunks: tuple[CasChunk, ...]
     num_bytes_on_disk: int = 0
     cas_flags: int = 0
@@ -121,8 +121,8 @@ class CasInfo:
     @classmethod
     def from_chunks(
         cls,
-        xorb_hash: bytes,
-        chunk_hashes: Sequence[bytes],
+        xorb_hash: XetHash,
+        chunk_hashes: Sequence[XetHash],
         chunk_sizes: Sequence[int],
         num_bytes_on_disk: int = 0,
         flags: Sequence[int] | None = None,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .compression import CompressionScheme, compress_chunk, decompress, predict_scheme
 from .constants import HASH_SIZE, MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
 from .errors import FormatError, HashMismatchError, TruncatedError
-from .hashes import chunk_hash, xorb_hash
+from .hashes import XetHash, chunk_hash, hash_to_hex, xorb_hash
 
 CHUNK_HEADER_SIZE = 8
 CHUNK_FORMAT_VERSION = 0
@@ -101,8 +101,8 @@ def decode_chunk(data: bytes | bytearray | memoryview, record: ChunkRecord) -> b
 class XorbFooter:
     """CasObjectInfo v1: xorb hash, chunk hashes, serialized and unpacked chunk end offsets."""
 
-    xorb_hash: bytes
-    chunk_hashes: tuple[bytes, ...]
+    xorb_hash: XetHash
+    chunk_hashes: tuple[XetHash, ...]
     byte_ends: tuple[int, ...]
     unpacked_ends: tuple[int, ...]
 
@@ -142,7 +142,7 @@ class XorbFooter:
         # Bound every count by the bytes actually present before allocating anything.
         if n > MAX_XORB_CHUNKS or size < pos + n * HASH_SIZE + 12 + 8 * n + _TRAILER.size:
             raise FormatError(f"xorb footer: {n} chunks do not fit in {size} bytes")
-        hashes = tuple(bytes(view[pos + i * HASH_SIZE : pos + (i + 1) * HASH_SIZE]) for i in range(n))
+        hashes = tuple(XetHash(bytes(view[pos + i * HASH_SIZE : pos + (i + 1) * HASH_SIZE])) for i in range(n))
         pos += n * HASH_SIZE
         if bytes(view[pos : pos + 7]) != _BOUNDARIES_IDENT or view[pos + 7] != _BOUNDARIES_VERSION:
             raise FormatError("xorb footer: bad boundary section ident or version")
@@ -158,7 +158,7 @@ class XorbFooter:
         n_trailer, _hashes_from_end, _bounds_from_end, _buffer = _TRAILER.unpack_from(view, pos)
         if n_trailer != n:
             raise FormatError("xorb footer: trailer chunk count disagrees")
-        return cls(digest, hashes, tuple(byte_ends), tuple(unpacked_ends))
+        return cls(XetHash(digest), hashes, tuple(byte_ends), tuple(unpacked_ends))
 
 
 @dataclass(frozen=True)
@@ -211,14 +211,35 @@ def decode_all_chunks(data: bytes | memoryview, records: Sequence[ChunkRecord]) 
 
 
 @dataclass(frozen=True)
-class VerifiedXorb:
+class XorbLayout:
+    """A xorb's chunk list without its bytes: what the server's index keeps per stored xorb and
+    reconstruction planning cuts fetch ranges from. (XorbFooter is the same list in its wire
+    form; a shard's CasInfo in the shard's.)"""
+
+    xorb_hash: XetHash
+    chunk_hashes: tuple[XetHash, ...]
+    byte_ends: tuple[int, ...]  # where each chunk's record ends in the footerless body
+    chunk_sizes: tuple[int, ...]  # uncompressed
+
+    @property
+    def xorb_hex(self) -> str:
+        return hash_to_hex(self.xorb_hash)
+
+    def byte_range(self, chunk_start: int, chunk_end: int) -> tuple[int, int]:
+        """Inclusive byte range of chunks [chunk_start, chunk_end) in the stored xorb."""
+        start = self.byte_ends[chunk_start - 1] if chunk_start else 0
+        return start, self.byte_ends[chunk_end - 1] - 1
+
+
+@dataclass(frozen=True)
+class VerifiedXorb(XorbLayout):
     """A xorb body whose chunks were decoded and hashed: what a server stores."""
 
-    xorb_hash: bytes
     body: bytes | memoryview  # a view when the builder wrote into a caller's buffer
-    chunk_hashes: tuple[bytes, ...]
-    chunk_sizes: tuple[int, ...]
-    byte_ends: tuple[int, ...]
+
+    def layout(self) -> XorbLayout:
+        """The chunk list alone, to keep without pinning the body."""
+        return XorbLayout(self.xorb_hash, self.chunk_hashes, self.byte_ends, self.chunk_sizes)
 
     def footer(self) -> XorbFooter:
         unpacked_ends = []
@@ -267,7 +288,7 @@ def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) ->
         raise HashMismatchError("xorb footer hashes do not match its chunks")
     # A footerless bytes body (the upload form) is kept as is: no 64 MiB copy.
     body = data if isinstance(data, bytes) and parsed.body_length == len(data) else bytes(view[: parsed.body_length])
-    return VerifiedXorb(digest, body, hashes, sizes, tuple(r.end for r in parsed.records))
+    return VerifiedXorb(digest, hashes, tuple(r.end for r in parsed.records), sizes, body)
 
 
 class XorbBuilder:
@@ -285,7 +306,7 @@ class XorbBuilder:
             raise ValueError(f"a xorb buffer needs {MAX_XORB_BODY_BYTES} bytes, got {len(buffer)}")
         self._owns_buffer = buffer is None
         self._buffer: bytearray | mmap.mmap = bytearray() if buffer is None else buffer
-        self._hashes: list[bytes] = []
+        self._hashes: list[XetHash] = []
         self._sizes: list[int] = []
         self._byte_ends: list[int] = []
         self._body_size = 0
@@ -307,7 +328,7 @@ class XorbBuilder:
     def can_add(self, size: int) -> bool:
         return self.num_chunks < MAX_XORB_CHUNKS and self._unpacked_size + size <= MAX_XORB_BYTES
 
-    def add(self, data: bytes | memoryview, digest: bytes | None = None) -> int:
+    def add(self, data: bytes | memoryview, digest: XetHash | None = None) -> int:
         """Append a chunk; returns its index in the xorb. Check can_add first.
 
         The first chunk of each run of CHUNKS_PER_COMPRESSION_DECISION picks the scheme (BG4
@@ -358,8 +379,8 @@ class XorbBuilder:
             body = memoryview(self._buffer)[: self._body_size]
         return VerifiedXorb(
             xorb_hash(self._hashes, self._sizes),
-            body,
             tuple(self._hashes),
-            tuple(self._sizes),
             tuple(self._byte_ends),
+            tuple(self._sizes),
+            body,
         )

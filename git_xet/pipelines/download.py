@@ -195,7 +195,7 @@ def download(
     *,
     byte_range: tuple[int, int] | None = None,
     size: int | None = None,
-    sha256: str | None = None,
+    sha256_hex: str | None = None,
     max_parallel: int = DEFAULT_PARALLEL,
     max_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES,
     progress: Callable[[int], None] | None = None,
@@ -206,7 +206,7 @@ def download(
     fetch range when a single range is larger than that (see fetch_schedule).
     """
     whole = byte_range is None
-    digest = hashlib.sha256() if sha256 and whole else None
+    digest = hashlib.sha256() if sha256_hex and whole else None
     if whole and file_hex == hash_to_hex(ZERO_HASH):
         plan = Reconstruction(0, ())
     else:
@@ -297,8 +297,8 @@ def download(
         verified = True
         if size is not None and written != size:
             raise IntegrityError(f"downloaded {written} bytes of {file_hex}, expected {size}")
-        if digest is not None and sha256 is not None and digest.hexdigest() != sha256.lower():
-            raise IntegrityError(f"downloaded data does not match sha256 {sha256}")
+        if digest is not None and sha256_hex is not None and digest.hexdigest() != sha256_hex.lower():
+            raise IntegrityError(f"downloaded data does not match sha256 {sha256_hex}")
     elif written != want:
         raise IntegrityError(f"byte range {byte_range} of {file_hex}: got {written} of {want} bytes", retryable=True)
     return DownloadResult(written, fetcher.bytes_fetched, verified)

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.chunking import Chunker
-from ..core.constants import ZERO_HASH
-from ..core.hashes import chunk_hash, file_hash
+from ..core.hashes import XetHash, chunk_hash, file_hash
 
 SCAN_BLOCK = 4 * 1024 * 1024
 _QUEUE_DEPTH = 4  # blocks scanned ahead of the consumer: bounds the mapped pages resident
@@ -28,21 +27,21 @@ _QUEUE_DEPTH = 4  # blocks scanned ahead of the consumer: bounds the mapped page
 class FileDigest:
     """What hashing a file yields: its XET hash, its chunks and, if asked, its sha256."""
 
-    file_hash: bytes
+    file_hash: XetHash
     size: int
-    chunk_hashes: tuple[bytes, ...]
+    chunk_hashes: tuple[XetHash, ...]
     chunk_sizes: tuple[int, ...]
     sha256: bytes | None = None
 
     @classmethod
-    def of_chunks(cls, hashes: list[bytes], sizes: list[int], sha256: bytes | None = None) -> FileDigest:
-        return cls(file_hash(hashes, sizes) if hashes else ZERO_HASH, sum(sizes), tuple(hashes), tuple(sizes), sha256)
+    def of_chunks(cls, hashes: list[XetHash], sizes: list[int], sha256: bytes | None = None) -> FileDigest:
+        return cls(file_hash(hashes, sizes), sum(sizes), tuple(hashes), tuple(sizes), sha256)
 
 
-def iter_chunk_ends(view: memoryview, *, sha256: hashlib._Hash | None = None, block_size: int = SCAN_BLOCK) -> Iterator[int]:
+def iter_chunk_ends(view: memoryview, *, sha256_hasher: hashlib._Hash | None = None, block_size: int = SCAN_BLOCK) -> Iterator[int]:
     """Yield the chunk end offsets of `view`, scanning ahead in a background thread.
 
-    When `sha256` is given it is updated with the whole view, in the scanning thread: each
+    When `sha256_hasher` is given it is updated with the whole view, in the scanning thread: each
     block is read once for both, and the consumer (BLAKE3 per chunk, plus packing during an
     upload) has about as much work, so the two threads stay balanced.
     """
@@ -57,8 +56,8 @@ def iter_chunk_ends(view: memoryview, *, sha256: hashlib._Hash | None = None, bl
                     return
                 block = view[start : start + block_size]
                 found = chunker.feed(block)
-                if sha256 is not None:
-                    sha256.update(block)
+                if sha256_hasher is not None:
+                    sha256_hasher.update(block)
                 if found:
                     ends.put(found)
             last = chunker.finish()
@@ -130,10 +129,10 @@ class MappedFile:
         self.close()
 
 
-def iter_chunk_hashes(view: memoryview, *, sha256: hashlib._Hash | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_chunk_hashes(view: memoryview, *, sha256_hasher: hashlib._Hash | None = None) -> Iterator[tuple[int, XetHash]]:
     """Yield (end offset, chunk hash) for each chunk of `view`, as soon as it is hashed."""
     prev = 0
-    for end in iter_chunk_ends(view, sha256=sha256):
+    for end in iter_chunk_ends(view, sha256_hasher=sha256_hasher):
         yield end, chunk_hash(view[prev:end])
         prev = end
 
@@ -143,17 +142,17 @@ def hash_bytes(
 ) -> FileDigest:
     """Chunk and hash an in-memory buffer; `consumed(offset)` is told how far hashing got."""
     view = memoryview(data)
-    sha256 = hashlib.sha256() if with_sha256 else None
-    hashes: list[bytes] = []
+    hasher = hashlib.sha256() if with_sha256 else None
+    hashes: list[XetHash] = []
     sizes: list[int] = []
     prev = 0
-    for end, digest in iter_chunk_hashes(view, sha256=sha256):
+    for end, digest in iter_chunk_hashes(view, sha256_hasher=hasher):
         hashes.append(digest)
         sizes.append(end - prev)
         prev = end
         if consumed is not None:
             consumed(end)
-    return FileDigest.of_chunks(hashes, sizes, sha256.digest() if sha256 else None)
+    return FileDigest.of_chunks(hashes, sizes, hasher.digest() if hasher else None)
 
 
 def hash_file(path: str | os.PathLike[str], *, with_sha256: bool = False) -> FileDigest:

@@ -25,7 +25,7 @@ from ..client.backend import XetBackend
 from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
 from ..client.errors import MissingXorbsError, TransferError
 from ..client.shard_cache import ShardCache
-from ..core.hashes import hash_to_hex, is_global_dedup_eligible, verification_hash
+from ..core.hashes import XetHash, hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES, VerifiedXorb, XorbBuilder
 from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
@@ -47,9 +47,11 @@ FRAGMENTATION_LEAVE = 8.0
 
 @dataclass(frozen=True)
 class UploadedFile:
-    file_hash: str
+    """What an upload stored, in the text forms callers pass on (to downloads, URLs, JSON)."""
+
+    file_hex: str  # the XET file hash (core.hashes.hash_to_hex)
     size: int
-    sha256: str
+    sha256_hex: str  # the Git LFS oid
     new_bytes: int  # bytes of chunks this upload stored for the first time
     deduped_bytes: int  # bytes found already stored (this session, cache or global dedup)
 
@@ -105,13 +107,13 @@ class _XorbSlot:
         return self.cas
 
     @property
-    def hash(self) -> bytes:
+    def hash(self) -> XetHash:
         return self.closed_cas.xorb_hash
 
 
 @dataclass
 class _Term:
-    target: bytes | _XorbSlot  # an existing xorb hash, or one of our slots
+    target: XetHash | _XorbSlot  # an existing xorb hash, or one of our slots
     chunk_start: int
     chunk_end: int
     length: int
@@ -144,7 +146,7 @@ class _FragmentationGuard:
 class _FileState:
     """One file being streamed through add_bytes: chunks hashed so far, and how many placed."""
 
-    hashes: list[bytes] = field(default_factory=list)
+    hashes: list[XetHash] = field(default_factory=list)
     offsets: list[int] = field(default_factory=lambda: [0])  # chunk i spans offsets[i]:offsets[i + 1]
     placed: int = 0
     terms: list[_Term] = field(default_factory=list)
@@ -186,7 +188,7 @@ class Uploader:
     def __post_init__(self) -> None:
         # Opened, not loaded: constant cost whatever the history (a private one without cache).
         self._index = self.cache.open() if self.cache else ChunkIndex.temporary()
-        self._session: dict[bytes, tuple[_XorbSlot, int]] = {}
+        self._session: dict[XetHash, tuple[_XorbSlot, int]] = {}
         self._buffers = _XorbBuffers(self.xorb_buffers)
         self._slot: _XorbSlot | None = None  # opened on the first new chunk
         self._closed: list[_XorbSlot] = []
@@ -236,10 +238,10 @@ class Uploader:
         while the rest of the file is still being read. `consumed(offset)` is told how far
         every reader got, so a mapped file can drop the pages behind them.
         """
-        sha256 = hashlib.sha256()
+        hasher = hashlib.sha256()
         state = _FileState()
         query_global = self.global_dedup and len(view) >= GLOBAL_DEDUP_MIN_FILE
-        for end, chunk_digest in iter_chunk_hashes(view, sha256=sha256):
+        for end, chunk_digest in iter_chunk_hashes(view, sha256_hasher=hasher):
             state.hashes.append(chunk_digest)
             state.offsets.append(end)
             self._note_key_chunk(state)
@@ -252,11 +254,11 @@ class Uploader:
         self._probe(state)
         while state.placed < len(state.hashes):
             self._place_next(state, view)
-        sha_digest = sha256.digest()
+        sha_digest = hasher.digest()
         sizes = [b - a for a, b in zip(state.offsets, state.offsets[1:])]
-        digest = FileDigest.of_chunks(state.hashes, sizes, sha_digest)
-        result = UploadedFile(hash_to_hex(digest.file_hash), digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
-        self._pending.append(_PendingFile(digest, state.terms, source, result))
+        file_digest = FileDigest.of_chunks(state.hashes, sizes, sha_digest)
+        result = UploadedFile(hash_to_hex(file_digest.file_hash), file_digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)
+        self._pending.append(_PendingFile(file_digest, state.terms, source, result))
         return result
 
     def _place_next(self, state: _FileState, view: memoryview) -> None:
@@ -287,7 +289,7 @@ class Uploader:
             guard.record(last.chunk_end - last.chunk_start)
         terms.append(term)
 
-    def _match(self, state: _FileState, i: int) -> tuple[bytes | _XorbSlot, int, int] | None:
+    def _match(self, state: _FileState, i: int) -> tuple[XetHash | _XorbSlot, int, int] | None:
         """A run of already-stored chunks starting at i: in this session first, then the index."""
         hashes = state.hashes
         session = self._session.get(hashes[i])
@@ -323,7 +325,7 @@ class Uploader:
                 state.anchors.append((j, *hit))
         state.unprobed.clear()
 
-    def _cached_run(self, state: _FileState, i: int) -> tuple[bytes, int, int] | None:
+    def _cached_run(self, state: _FileState, i: int) -> tuple[XetHash, int, int] | None:
         """The longest run of chunks from i stored consecutively in one cached xorb, found from
         the last run's xorb or from an anchor at or after i (extended back to i)."""
         hashes, anchors = state.hashes, state.anchors
@@ -369,7 +371,7 @@ class Uploader:
 
     # ------------------------------------------------------------------ xorbs
 
-    def _store_chunk(self, chunk: memoryview, digest: bytes) -> tuple[_XorbSlot, int]:
+    def _store_chunk(self, chunk: memoryview, digest: XetHash) -> tuple[_XorbSlot, int]:
         if self._slot is not None and not self._slot.builder.can_add(len(chunk)):
             self._close_slot()
         if self._slot is None:
@@ -483,7 +485,7 @@ class Uploader:
         else:
             with MappedFile(file.source) as mapped:
                 again = self._add(mapped.view, mapped.release_before, file.source)
-        if again.file_hash != hash_to_hex(file.digest.file_hash):
+        if again.file_hex != hash_to_hex(file.digest.file_hash):
             raise TransferError(f"{file.source} changed while it was being uploaded; push again")
 
     def _commit(self, closed: list[_XorbSlot], pending: list[_PendingFile]) -> None:

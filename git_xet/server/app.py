@@ -38,8 +38,8 @@ from ..storage.cas_store import CasStore, StoredFile
 from ..storage.index_base import open_index
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import S3ObjectStore, open_s3_objects
-from .auth import KINDS, Claims, Signer, load_secret
-from .errors import RangeNotSatisfiable, RequestRefused, exception_handlers, refusal, retryable
+from .auth import KINDS, Claims, Signer, load_secret, presented_token
+from .errors import RangeNotSatisfiable, RequestRefused, error_frame, exception_handlers, refusal
 from .grants import Grants
 from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
 from .hub import HubEmulation, hub_routes
@@ -84,12 +84,6 @@ class ServerConfig:
     objects: str | None = None  # s3://BUCKET[/PREFIX] for object bytes; None: files in data_dir
 
 
-def _bearer(request: Request) -> str | None:
-    value = request.headers.get("authorization", "")
-    scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else None
-
-
 def _hash_param(request: Request, name: str) -> str:
     value = request.path_params[name]
     if not hashes.is_hash_hex(value):
@@ -119,7 +113,7 @@ class CasApp:
 
     async def authorize(self, request: Request, needed: str, token: str | None = None, kinds=KINDS) -> Claims:
         """The claims of the request's bearer token (or `token`), checked from headers alone."""
-        return self.signer.verify(token if token is not None else _bearer(request), needed, await self.revoked(), kinds)
+        return self.signer.verify(token if token is not None else presented_token(request.headers.get("authorization", "")), needed, await self.revoked(), kinds)
 
     def validations(self) -> asyncio.Semaphore:
         if self._validations is None:
@@ -268,16 +262,9 @@ class CasApp:
                 refused = refusal(exc)
                 if refused is None:
                     log.exception("shard registration failed")
-                    yield frame({"type": "error", "message": "internal error registering the shard", "retryable": True})
-                    return
-                if refused.status >= 500:
+                elif refused.status >= 500:
                     log.error("shard registration failed: %s", exc)
-                # The status the refusal would have had before the stream started: the client
-                # raises the same error class as for a refused request (client/errors.for_status).
-                error = {"type": "error", "message": refused.message, "retryable": retryable(refused), "status": refused.status}
-                if refused.code is not None:
-                    error["code"] = refused.code
-                yield frame(error)
+                yield frame(error_frame(refused, "internal error registering the shard"))
                 return
             yield frame({"type": "committing", "stage": "syncing"})
             yield frame({"type": "result", "result": 1 if inserted else 0})

@@ -52,6 +52,22 @@ class Claims:
         return self.scope == "write" or needed == "read"
 
 
+def presented_token(authorization: str, *, basic: bool = False) -> str | None:
+    """The token an Authorization header presents: a Bearer token or, with `basic`, the
+    password of Basic auth (what git credential helpers send to the LFS batch API); None for
+    anything else."""
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if basic and scheme.lower() == "basic":
+        try:
+            _user, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return password
+    return None
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 

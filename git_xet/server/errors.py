@@ -3,7 +3,9 @@
 Handlers raise RequestRefused (an HTTP refusal the server decides itself: bad token, body too
 large, a grant that does not match) or let the storage layer's errors through; `refusal` turns
 any of them into the status, message and stable `code` a client acts on, from the table below.
-The JSON error body (`{"error": message[, "code": code]}`) is built here too.
+Every error body is built here too (client/errors.error_from_body reads them all): the JSON
+answer `{"error": message[, "code": code]}`, the same inside a streamed NDJSON answer
+(error_frame), and the Git LFS batch API's own shape (lfs_error_response).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..core.errors import XetError
+from ..core.http_headers import LFS_MEDIA_TYPE
 from ..storage import errors as storage
 from ..storage.s3 import S3Error
 
@@ -94,6 +97,28 @@ def error_response(refused: RequestRefused) -> JSONResponse:
     if refused.status == 401:
         response.headers["WWW-Authenticate"] = "Bearer"
     return response
+
+
+def lfs_error_response(status: int, message: str) -> JSONResponse:
+    """An error of the Git LFS batch API, as git-lfs expects it: `{"message": message}` as
+    application/vnd.git-lfs+json; a 401 names Basic auth so git asks its credential helpers."""
+    response = JSONResponse({"message": message}, status_code=status, media_type=LFS_MEDIA_TYPE, headers={"Cache-Control": "no-store"})
+    if status == 401:
+        response.headers["LFS-Authenticate"] = 'Basic realm="git-xet"'
+    return response
+
+
+def error_frame(refused: RequestRefused | None, internal: str = "internal error") -> dict[str, object]:
+    """An error inside a streamed NDJSON answer (POST /v2/shards), once its status line has been
+    sent: the refusal's message, code and the status it would have had (the client raises the
+    same error class as for a refused request), or, for an unexpected error (None), `internal`
+    as a retryable message."""
+    if refused is None:
+        return {"type": "error", "message": internal, "retryable": True}
+    frame: dict[str, object] = {"type": "error", "message": refused.message, "retryable": retryable(refused), "status": refused.status}
+    if refused.code is not None:
+        frame["code"] = refused.code
+    return frame
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:

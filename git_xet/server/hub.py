@@ -22,10 +22,11 @@ Hub's: `ns/name` for models, `datasets/ns/name` and `spaces/ns/name` for the oth
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Collection
+from typing import Protocol
 from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -34,36 +35,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core import hashes
-from .auth import AuthError, Claims
-from .errors import RequestRefused
+from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
+from ..storage.cas_store import CasStore
+from .auth import KINDS, AuthError, Claims, Signer, presented_token
+from .errors import RequestRefused, error_response, lfs_error_response
 from .http_io import PacedStreamingResponse
 
-LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
 REPO_KINDS = ("models", "datasets", "spaces")
 STANDALONE_REPO_ALIAS = "git-xet"
 # git-lfs sends at most 100 objects per batch (about 100 bytes each); these leave ample room.
 MAX_BATCH_BODY = 256 * 1024
 MAX_BATCH_OBJECTS = 1000
-
-
-def _user_token(request: Request) -> str | None:
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer":
-        return value.strip()
-    if scheme.lower() == "basic":
-        try:
-            _user, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return None
-        return password
-    return None
-
-
-def _lfs_error(status: int, message: str) -> JSONResponse:
-    response = JSONResponse({"message": message}, status_code=status, media_type=LFS_MEDIA_TYPE)
-    if status == 401:
-        response.headers["LFS-Authenticate"] = 'Basic realm="git-xet"'
-    return response
 
 
 def repo_id(kind: str, name: str) -> str:
@@ -93,13 +75,47 @@ def _parse_batch(body: bytes) -> tuple[str, list, list]:
     return operation, objects, transfers
 
 
+class HubSettings(Protocol):
+    @property
+    def cas_token_ttl(self) -> int:
+        """Seconds a CAS token minted here lives (at most as long as its user token)."""
+
+    @property
+    def url_ttl(self) -> int:
+        """Seconds a signed bridge URL is valid."""
+
+    @property
+    def idle_timeout(self) -> float:
+        """Seconds a bridge download waits on a client that reads nothing."""
+
+
+class HubHost(Protocol):
+    """What the Hub emulation uses of the CAS app. app.CasApp provides it; it is named by its
+    shape because app imports this module."""
+
+    @property
+    def store(self) -> CasStore: ...
+
+    @property
+    def signer(self) -> Signer: ...
+
+    @property
+    def config(self) -> HubSettings: ...
+
+    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS) -> Claims: ...
+
+    def read_body(self, request: Request, limit: int) -> Awaitable[bytes]: ...
+
+    def base_url(self, request: Request) -> str: ...
+
+
 class HubEmulation:
-    def __init__(self, cas) -> None:  # cas: app.CasApp (not imported: app imports us)
+    def __init__(self, cas: HubHost) -> None:
         self.cas = cas
 
     async def _user(self, request: Request, needed: str, repo: str | None) -> Claims:
         """The user token's claims, for `repo` (None: the standalone alias, the token's own)."""
-        claims = await self.cas.authorize(request, needed, token=_user_token(request) or "", kinds=("user",))
+        claims = await self.cas.authorize(request, needed, token=presented_token(request.headers.get("authorization", ""), basic=True) or "", kinds=("user",))
         if repo is not None and claims.repo != repo:
             raise AuthError(403, f"this token is for another repo than {repo}; mint one with `git xet token --repo {repo}`")
         return claims
@@ -113,18 +129,18 @@ class HubEmulation:
             claims = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
             body = await self.cas.read_body(request, MAX_BATCH_BODY)
         except RequestRefused as exc:
-            return _lfs_error(exc.status, exc.message)
+            return lfs_error_response(exc.status, exc.message)
         try:
             operation, objects, transfers = await run_in_threadpool(_parse_batch, body)
         except ValueError as exc:
-            return _lfs_error(422, f"malformed batch request: {exc}")
+            return lfs_error_response(422, f"malformed batch request: {exc}")
         if len(objects) > MAX_BATCH_OBJECTS:
-            return _lfs_error(413, f"at most {MAX_BATCH_OBJECTS} objects per batch request")
+            return lfs_error_response(413, f"at most {MAX_BATCH_OBJECTS} objects per batch request")
         needed = "write" if operation == "upload" else "read"
         if not claims.allows(needed):
-            return _lfs_error(403, f"token scope '{claims.scope}' does not allow {needed}")
+            return lfs_error_response(403, f"token scope '{claims.scope}' does not allow {needed}")
         if operation == "upload" and "xet" not in transfers:
-            return _lfs_error(422, "this server stores LFS objects with XET only: install git-xet (`git xet install`)")
+            return lfs_error_response(422, "this server stores LFS objects with XET only: install git-xet (`git xet install`)")
         transfer = "xet" if "xet" in transfers else "basic"
         repo = claims.repo
         base = self.cas.base_url(request)
@@ -149,10 +165,10 @@ class HubEmulation:
                 entry["error"] = {"code": 404, "message": "object not found"}
             elif transfer == "xet":
                 action = self._xet_action(base, repo, "read", token, exp, session)
-                action["header"]["X-Xet-Hash"] = stored.hash
+                action["header"][FILE_HASH] = stored.file_hex
                 entry["actions"] = {"download": action}
             else:
-                entry["actions"] = {"download": {"href": self._bridge_url(base, repo, stored.hash), "expires_in": self.cas.config.url_ttl}}
+                entry["actions"] = {"download": {"href": self._bridge_url(base, repo, stored.file_hex), "expires_in": self.cas.config.url_ttl}}
             out.append(entry)
         return JSONResponse({"transfer": transfer, "objects": out, "hash_algo": "sha256"}, media_type=LFS_MEDIA_TYPE)
 
@@ -168,10 +184,10 @@ class HubEmulation:
         return {
             "href": f"{base}/api/{kind}/{name}/xet-{mode}-token/main",
             "header": {
-                "X-Xet-Cas-Url": base,
-                "X-Xet-Access-Token": token,
-                "X-Xet-Token-Expiration": str(exp),
-                "X-Xet-Session-Id": session,
+                CAS_URL: base,
+                ACCESS_TOKEN: token,
+                TOKEN_EXPIRATION: str(exp),
+                SESSION_ID: session,
             },
             "expires_in": max(1, exp - int(time.time())),
         }
@@ -187,12 +203,12 @@ class HubEmulation:
         """Mint a CAS token from a user token of this repo (never from a CAS token)."""
         kind = request.path_params["kind"]
         if kind not in REPO_KINDS:
-            return JSONResponse({"error": f"unknown repo type {kind!r}"}, status_code=404)
+            return error_response(RequestRefused(404, f"unknown repo type {kind!r}"))
         mode = "write" if request.url.path.split("/")[-2] == "xet-write-token" else "read"
         claims = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
         token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl)
         base = self.cas.base_url(request)
-        headers = {"X-Xet-Cas-Url": base, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(exp), "Cache-Control": "no-store"}
+        headers = {CAS_URL: base, ACCESS_TOKEN: token, TOKEN_EXPIRATION: str(exp), "Cache-Control": "no-store"}
         return JSONResponse({"casUrl": base, "exp": exp, "accessToken": token}, headers=headers)
 
     def _bridge_file(self, repo: str, file_hex: str):
@@ -202,15 +218,15 @@ class HubEmulation:
         """Serve a whole file by reconstructing it here: how plain `basic` git-lfs downloads."""
         repo, file_hex = request.path_params["repo"], request.path_params["file"].lower()
         if not hashes.is_hash_hex(file_hex):
-            return JSONResponse({"error": "invalid file hash"}, status_code=400)
+            return error_response(RequestRefused(400, "invalid file hash"))
         try:
             exp, sig = int(request.query_params["exp"]), request.query_params["sig"]
         except (KeyError, ValueError):
-            return JSONResponse({"error": "not a signed download URL"}, status_code=403)
+            return error_response(RequestRefused(403, "not a signed download URL"))
         self.cas.signer.check_bridge(repo, file_hex, exp, sig)
         stored = await run_in_threadpool(self._bridge_file, repo, file_hex)
         if stored is None:
-            return JSONResponse({"error": "file not found"}, status_code=404)
+            return error_response(RequestRefused(404, "file not found"))
         return PacedStreamingResponse(
             self.cas.store.iter_file_bytes(stored),
             self.cas.config.idle_timeout,

@@ -29,9 +29,9 @@ from pathlib import Path
 from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CasInfo, Shard, parse_shard
-from ..core.xorb import VerifiedXorb, decode_chunk, parse_chunk_records, verify_xorb
+from ..core.xorb import VerifiedXorb, XorbLayout, decode_chunk, parse_chunk_records, verify_xorb
 from .errors import Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
-from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, XorbLayout, open_index
+from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, open_index
 from .objects import DirectoryObjectStore, ObjectStore
 from .work_budget import check_reference_budget
 
@@ -44,10 +44,6 @@ log = logging.getLogger("git_xet.storage")
 # and one 48-byte term can name up to 8192 chunks: without a bound a 64 MiB shard of repeated
 # terms asks for billions of them (hours, and more memory than the machine has).
 MAX_SHARD_CHUNK_REFERENCES = 1 << 23
-
-
-def _layout_of(xorb_hex: str, verified: VerifiedXorb) -> XorbLayout:
-    return XorbLayout(xorb_hex, tuple(verified.chunk_hashes), tuple(verified.byte_ends), tuple(verified.chunk_sizes))
 
 
 class CasStore:
@@ -127,7 +123,7 @@ class CasStore:
                 log.info("xorb %s was collected while being indexed; storing it again", xorb_hex)
                 self.objects.put(key, verified.body, verified.footer().serialize())
 
-        self.index.add_xorb(_layout_of(xorb_hex.lower(), verified), len(verified.body), before_insert=ensure_stored)
+        self.index.add_xorb(verified.layout(), len(verified.body), before_insert=ensure_stored)
 
     def _index_stored_xorb(self, xorb_hex: str, ours: VerifiedXorb) -> None:
         """Another writer created this xorb's object first: index what it stored.
@@ -144,7 +140,7 @@ class CasStore:
                 log.warning("xorb %s was damaged on disk; replacing it with a verified upload", xorb_hex)
                 self.objects.put(key, ours.body, ours.footer().serialize())
 
-            self.index.add_xorb(_layout_of(xorb_hex.lower(), ours), len(ours.body), before_insert=replace)
+            self.index.add_xorb(ours.layout(), len(ours.body), before_insert=replace)
             return
         self._index_xorb(xorb_hex, verified)
 
@@ -159,7 +155,7 @@ class CasStore:
             if name not in layouts:
                 layout = self.xorb_layout(name)
                 if layout is None:
-                    raise Damaged(f"xorb {name} of file {stored.hash} is missing from the store")
+                    raise Damaged(f"xorb {name} of file {stored.file_hex} is missing from the store")
                 layouts[name] = layout
         return layouts
 
@@ -201,7 +197,7 @@ class CasStore:
                     raise MissingXorbs(f"file {name} references missing xorb {hashes.hash_to_hex(term.xorb_hash)}")
                 layouts[term.xorb_hash] = layout
             if not term.chunk_start < term.chunk_end <= len(layout.chunk_hashes):
-                raise Rejected(f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.hash}")
+                raise Rejected(f"file {name} references chunks [{term.chunk_start}, {term.chunk_end}) outside xorb {layout.xorb_hex}")
 
     def _check_file(self, info, layouts: dict[bytes, XorbLayout], checked: dict[tuple[bytes, int, int], tuple[bytes, int]]) -> None:
         """Verification hashes, term lengths and the file hash against the stored xorbs.
@@ -219,9 +215,9 @@ class CasStore:
                 checked[key] = (hashes.verification_hash(term_hashes), sum(term_sizes))
             expected, length = checked[key]
             if expected != verification:
-                raise Rejected(f"file {name}: a verification hash does not match xorb {layout.hash}")
+                raise Rejected(f"file {name}: a verification hash does not match xorb {layout.xorb_hex}")
             if length != term.unpacked_bytes:
-                raise Rejected(f"file {name}: a term's length does not match xorb {layout.hash}")
+                raise Rejected(f"file {name}: a term's length does not match xorb {layout.xorb_hex}")
             all_hashes += term_hashes
             all_sizes += term_sizes
         if hashes.file_hash(all_hashes, all_sizes) != info.file_hash:
@@ -304,8 +300,8 @@ class CasStore:
         for stored, claim in to_verify:
             actual = self._sha256_of(stored, advance)
             if actual != claim:
-                raise Rejected(f"file {stored.hash}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
-            oids[stored.hash] = computed[stored.hash] = actual
+                raise Rejected(f"file {stored.file_hex}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
+            oids[stored.file_hex] = computed[stored.file_hex] = actual
 
         files = []
         for info in shard.files:
@@ -332,7 +328,7 @@ class CasStore:
 
     def _verified_sha256(self, file_hex: str) -> str | None:
         stored = self.index.get_file(file_hex)
-        return stored.sha256 if stored else None
+        return stored.sha256_hex if stored else None
 
     # ------------------------------------------------------------------ queries
 
@@ -347,7 +343,7 @@ class CasStore:
             xorb_hex = hashes.hash_to_hex(term.xorb_hash)
             layout = self.xorb_layout(xorb_hex)
             if layout is None:
-                raise Damaged(f"xorb {xorb_hex} of file {stored.hash} is missing")
+                raise Damaged(f"xorb {xorb_hex} of file {stored.file_hex} is missing")
             start, end = layout.byte_range(term.chunk_start, term.chunk_end)
             data = self.read_xorb_range(xorb_hex, start, end)
             records, _ = parse_chunk_records(data)

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..core.hashes import hash_to_hex
+from ..core.hashes import XetHash, hash_to_hex, hex_to_hash
 from ..core.shard import FileTerm
+from ..core.xorb import XorbLayout
 from .errors import Misconfigured
 
 DEFAULT_REPO = "default"
@@ -49,25 +50,12 @@ _TERM = struct.Struct("<32sIIII")
 
 
 @dataclass(frozen=True)
-class XorbLayout:
-    """What the server knows of a stored xorb without reading it."""
-
-    hash: str
-    chunk_hashes: tuple[bytes, ...]
-    byte_ends: tuple[int, ...]
-    chunk_sizes: tuple[int, ...]
-
-    def byte_range(self, chunk_start: int, chunk_end: int) -> tuple[int, int]:
-        """Inclusive byte range of chunks [chunk_start, chunk_end) in the stored xorb."""
-        start = self.byte_ends[chunk_start - 1] if chunk_start else 0
-        return start, self.byte_ends[chunk_end - 1] - 1
-
-
-@dataclass(frozen=True)
 class StoredFile:
-    hash: str
+    """A file the index holds: its terms, and its sha256 once verified from the stored bytes."""
+
+    file_hex: str
     size: int
-    sha256: str | None
+    sha256_hex: str | None
     terms: tuple[FileTerm, ...]
 
 
@@ -75,10 +63,10 @@ class StoredFile:
 class FileRegistration:
     """One file of a shard, as CasStore verified it."""
 
-    hash: str
+    file_hex: str
     size: int
     terms: tuple[FileTerm, ...]
-    computed_sha256: str | None  # computed here from the bytes: recorded as the file's sha256
+    computed_sha256_hex: str | None  # computed here from the bytes: recorded as the file's sha256
     oid: str | None  # the Git LFS oid to map in the repo (computed, known, or vouched for)
 
 
@@ -169,7 +157,7 @@ def unpack_u32s(blob: bytes) -> tuple[int, ...]:
 def layout_row(layout: XorbLayout, body_size: int) -> tuple:
     """The xorbs row: hash, num_chunks, body_size, unpacked_size, hashes, byte ends, sizes."""
     return (
-        layout.hash,
+        layout.xorb_hex,
         len(layout.chunk_hashes),
         body_size,
         sum(layout.chunk_sizes),
@@ -181,8 +169,8 @@ def layout_row(layout: XorbLayout, body_size: int) -> tuple:
 
 def layout_from_row(xorb_hex: str, blob: bytes, ends: bytes, sizes: bytes) -> XorbLayout:
     blob, ends, sizes = bytes(blob), bytes(ends), bytes(sizes)
-    chunk_hashes = tuple(blob[i : i + 32] for i in range(0, len(blob), 32))
-    return XorbLayout(xorb_hex, chunk_hashes, unpack_u32s(ends), unpack_u32s(sizes))
+    chunk_hashes = tuple(XetHash(blob[i : i + 32]) for i in range(0, len(blob), 32))
+    return XorbLayout(hex_to_hash(xorb_hex), chunk_hashes, unpack_u32s(ends), unpack_u32s(sizes))
 
 
 def xorbs_of(terms: tuple[FileTerm, ...]) -> list[str]:

@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from ..core.xorb import XorbLayout
 from .errors import Conflict, Misconfigured, Unavailable
-from .index_base import COLUMNS, TABLES, ShardRegistration, StoredFile, XorbLayout, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, TABLES, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 log = logging.getLogger("git_xet.storage")
 T = TypeVar("T")
@@ -175,8 +176,8 @@ class PostgresIndex:
             with conn.transaction():
                 if before_insert is not None:
                     # Writers (and the collector) of this xorb queue here: one runs before_insert.
-                    _lock_xorb(conn, layout.hash)
-                    if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (layout.hash,)).fetchone() is not None:
+                    _lock_xorb(conn, layout.xorb_hex)
+                    if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (layout.xorb_hex,)).fetchone() is not None:
                         return False
                     before_insert()
                 cur = conn.execute("INSERT INTO xorbs VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", row)
@@ -256,10 +257,10 @@ class PostgresIndex:
     def register_shard(self, shard: ShardRegistration) -> bool:
         # Files in shard order (within a shard the first file wins an oid, as with SQLite); a
         # deadlock between registrations locking rows in other orders is retried by _run.
-        file_rows = [(f.hash, f.size, f.computed_sha256, pack_terms(f.terms)) for f in shard.files]
-        oid_rows = [(shard.repo, f.oid, f.hash) for f in shard.files if f.oid is not None]
-        repo_file_rows = sorted({(shard.repo, f.hash) for f in shard.files})
-        ref_rows = sorted({(x, f.hash) for f in shard.files for x in xorbs_of(f.terms)})
+        file_rows = [(f.file_hex, f.size, f.computed_sha256_hex, pack_terms(f.terms)) for f in shard.files]
+        oid_rows = [(shard.repo, f.oid, f.file_hex) for f in shard.files if f.oid is not None]
+        repo_file_rows = sorted({(shard.repo, f.file_hex) for f in shard.files})
+        ref_rows = sorted({(x, f.file_hex) for f in shard.files for x in xorbs_of(f.terms)})
         used = sorted({x for x, _ in ref_rows})
 
         def work(conn: psycopg.Connection) -> bool:

@@ -29,8 +29,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..core.xorb import XorbLayout
 from .errors import Conflict, Misconfigured
-from .index_base import COLUMNS, DEFAULT_REPO, TABLES, ShardRegistration, StoredFile, XorbLayout, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, DEFAULT_REPO, TABLES, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS xorbs (
@@ -212,7 +213,7 @@ class SqliteIndex:
 
     def add_xorb(self, layout: XorbLayout, body_size: int, before_insert: Callable[[], None] | None = None) -> bool:
         with self._db(synced=False) as db:
-            if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (layout.hash,)).fetchone() is not None:
+            if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (layout.xorb_hex,)).fetchone() is not None:
                 return False
             if before_insert is not None:
                 before_insert()
@@ -270,13 +271,13 @@ class SqliteIndex:
                 if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone() is None:
                     raise Conflict(f"xorb {xorb_hex} was collected as unused before this shard arrived; upload it again")
             for f in shard.files:
-                db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, f.hash) for x in xorbs_of(f.terms)])
-                db.execute("INSERT OR IGNORE INTO files VALUES (?, ?, ?, ?)", (f.hash, f.size, f.computed_sha256, pack_terms(f.terms)))
-                if f.computed_sha256 is not None:
-                    db.execute("UPDATE files SET sha256 = ? WHERE hash = ? AND sha256 IS NULL", (f.computed_sha256, f.hash))
-                db.execute("INSERT OR IGNORE INTO repo_files VALUES (?, ?)", (shard.repo, f.hash))
+                db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, f.file_hex) for x in xorbs_of(f.terms)])
+                db.execute("INSERT OR IGNORE INTO files VALUES (?, ?, ?, ?)", (f.file_hex, f.size, f.computed_sha256_hex, pack_terms(f.terms)))
+                if f.computed_sha256_hex is not None:
+                    db.execute("UPDATE files SET sha256 = ? WHERE hash = ? AND sha256 IS NULL", (f.computed_sha256_hex, f.file_hex))
+                db.execute("INSERT OR IGNORE INTO repo_files VALUES (?, ?)", (shard.repo, f.file_hex))
                 if f.oid is not None:
-                    db.execute("INSERT OR IGNORE INTO repo_oids VALUES (?, ?, ?)", (shard.repo, f.oid, f.hash))
+                    db.execute("INSERT OR IGNORE INTO repo_oids VALUES (?, ?, ?)", (shard.repo, f.oid, f.file_hex))
             db.executemany("INSERT OR IGNORE INTO dedup VALUES (?, ?)", shard.dedup)
         return True
 

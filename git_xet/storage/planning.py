@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from ..core.hashes import hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction, Term
 from ..core.shard import FileTerm
-from .cas_store import XorbLayout
+from ..core.xorb import XorbLayout
 
 MAX_FETCH_BYTES = 16 * 1024 * 1024
 

@@ -1,0 +1,202 @@
+"""Which XET store serves an object, and how to find an oid's XET file hash there.
+
+Three ways in (see endpoints.py for the configuration behind each):
+- git-lfs negotiated XET with the LFS server: the batch action's headers name the CAS, a token
+  and, for downloads, the file hash;
+- standalone with a configured store (a directory, a bucket or a `git xet serve`): the store
+  itself answers oid lookups (XetBackend.file_for_sha256);
+- standalone toward a Hub-style remote (`install --native`): our own LFS batch call, then XET.
+
+Backends are kept per store for the life of the agent process, so their connection pools and
+tokens are shared by every object. The HTTP stack is imported only for HTTP stores and the
+local store's code only for local ones (git-lfs starts eight agents per push).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ..client.backend import XetBackend
+from ..client.errors import NotFoundError, TransferError
+from ..core.hashes import is_hash_hex
+from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, SESSION_ID, TOKEN_EXPIRATION, header_value
+from .endpoints import ConfigError, configured_endpoint, credential_headers, hub_repo, lfs_endpoint, origin, standalone_target
+from .protocol import Transfer
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..client.tokens import TokenSource
+
+log = logging.getLogger("git_xet.agent")
+
+# Uploads to a standalone server smaller than this do not ask it first whether it has the
+# object: the question is a round trip (of three per small file), and a "yes" saves little.
+# A file this machine pushed before dedups against the shard cache (no xorb is sent), and a
+# xorb the server holds is answered without a write.
+ASK_BEFORE_UPLOAD_FROM = 1 << 20
+
+# An oid's XET file hash in the chosen store; None: not there (for an upload: send it).
+Lookup = Callable[[str], "str | None"]
+
+
+def _existing_store(path: Path) -> Path:
+    """The agent never creates a store: only install does (see client/location.py)."""
+    from ..client.location import is_local_store
+
+    if not is_local_store(path):
+        raise ConfigError(
+            f"the XET store {path} does not exist; create it with `git xet install --standalone {path}`, "
+            "or fix xet.endpoint if the path is mistyped or its drive is not mounted"
+        )
+    return path
+
+
+def _local_backend(location: str) -> XetBackend:
+    from ..client.local_backend import LocalStoreBackend
+
+    return LocalStoreBackend(_existing_store(Path(location)))
+
+
+def _bucket_backend(location: str) -> XetBackend:
+    """The bucket store at `location` (botocore is imported only here, for s3:// stores)."""
+    from ..client.bucket_backend import BucketBackend, open_bucket_objects
+    from ..client.shard_cache import default_cache_root
+    from ..storage.s3 import S3Error
+
+    try:
+        return BucketBackend(open_bucket_objects(location), cache_root=default_cache_root())
+    except S3Error as exc:
+        raise ConfigError(f"cannot use the XET store {location}: {exc.message}") from None
+
+
+class StoreRouter:
+    """Chooses the store for each transfer request; holds one backend per store."""
+
+    def __init__(self, remote: str | None) -> None:
+        self.remote = remote
+        self._http: httpx.Client | None = None
+        self._backends: dict[str, XetBackend] = {}
+
+    def http(self) -> httpx.Client:
+        if self._http is None:
+            from ..client.http_backend import make_http_client
+
+            self._http = make_http_client()
+        return self._http
+
+    def route(self, req: Transfer) -> tuple[XetBackend | None, Lookup]:
+        """The store for this object, and how to find an oid's XET hash there (a non-None
+        answer for an upload means: already stored). None as the store: nothing to do."""
+        if req.action is None:
+            if configured_endpoint() is not None:
+                return self._standalone(req)
+            return self._own_batch(req)
+        backend = self._negotiated(req.action)
+        header_hash = header_value(req.action.get("header"), FILE_HASH)
+        return backend, lambda oid: header_hash
+
+    def _standalone(self, req: Transfer) -> tuple[XetBackend, Lookup]:
+        target = standalone_target()
+        key = f"{target.kind}:{target.location}"
+        backend = self._backends.get(key)
+        if backend is None:
+            if target.kind == "local":
+                backend = _local_backend(target.location)
+            elif target.kind == "s3":
+                backend = _bucket_backend(target.location)
+            else:
+                from ..client.http_backend import HttpCasBackend
+                from ..client.tokens import StaticToken
+
+                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http())
+            self._backends[key] = backend
+        if target.kind == "http" and req.operation == "upload" and req.size < ASK_BEFORE_UPLOAD_FROM:
+            return backend, lambda oid: None
+        found, size = backend, req.size
+        return backend, lambda oid: found.file_for_sha256(oid, size)
+
+    def _negotiated(self, action: dict[str, Any]) -> XetBackend:
+        headers = action.get("header")
+        cas = header_value(headers, CAS_URL)
+        if not cas:
+            raise ConfigError(f"the LFS server did not negotiate XET (no {CAS_URL}); is this remote XET-enabled?")
+        key = f"cas:{cas}"
+        backend = self._backends.get(key)
+        if backend is None:
+            from ..client.http_backend import HttpCasBackend
+            from ..client.tokens import RefreshingToken, StaticToken
+
+            token = header_value(headers, ACCESS_TOKEN)
+            initial = (token, float(header_value(headers, TOKEN_EXPIRATION) or 0)) if token else None
+            href = action.get("href")
+            tokens: TokenSource
+            if href and self._may_refresh_at(href):
+                tokens = RefreshingToken(href, credential_headers(href), self.http(), initial)
+            else:
+                tokens = StaticToken(initial[0] if initial else None)
+            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID) or str(uuid.uuid4()), http=self.http())
+            self._backends[key] = backend
+        return backend
+
+    def _may_refresh_at(self, href: str) -> bool:
+        """Whether to send the user's credential to a token refresh `href`: only to the LFS
+        endpoint's own origin. A different origin is refused; when the endpoint is unknown
+        here (git-lfs derived it, e.g. from an ssh remote), the batch's token is used as is."""
+        try:
+            endpoint = lfs_endpoint(self.remote)
+        except ConfigError:
+            log.warning("cannot tell this remote's LFS endpoint; the CAS token will not be refreshed")
+            return False
+        if origin(href) != origin(endpoint):
+            raise TransferError(
+                f"refusing the LFS server's token refresh URL {origin(href)}: it is not the LFS endpoint's origin {origin(endpoint)}; "
+                "your credentials are only sent to the LFS server itself"
+            )
+        return True
+
+    def _own_batch(self, req: Transfer) -> tuple[XetBackend | None, Lookup]:
+        """Standalone toward a Hub-style remote: our own batch call, then XET natively.
+
+        Uploads get the CAS credentials from the batch action. Downloads, which the Hub answers
+        with `basic` and a cas-bridge href ending in the XET file hash, are reconstructed from
+        the CAS directly with a read token from the repo's refresh route.
+        """
+        endpoint = lfs_endpoint(self.remote)
+        creds = credential_headers(endpoint)
+        # Downloads: the Hub answers `basic` with a cas-bridge href whatever is offered; asking
+        # for exactly that keeps one path for the Hub and for servers that would offer more.
+        transfers = ["xet"] if req.operation == "upload" else ["basic"]
+        from ..client.lfs_batch import batch_one
+
+        answer = batch_one(self.http(), endpoint, req.operation, transfers, req.oid, req.size, creds)
+        refusal = answer.error_message()
+        if refusal is not None:
+            raise TransferError(f"the LFS server says: {refusal}")
+        action = answer.action(req.operation)
+        if req.operation == "upload":
+            if action is None:  # already stored: nothing to talk to
+                return None, lambda oid: oid
+            return self._negotiated(action), lambda oid: None
+        if action is None:
+            raise NotFoundError(f"the LFS server has no download for {req.oid[:12]}")
+        if answer.transfer == "xet":
+            return self.route(Transfer(req.operation, req.oid, req.size, None, action))
+        file_hex = urlsplit(action["href"]).path.rstrip("/").rsplit("/", 1)[-1]
+        if not is_hash_hex(file_hex):
+            raise TransferError("this LFS server does not serve XET downloads (no XET hash in its download URL)")
+        from ..client.http_backend import HttpCasBackend
+        from ..client.tokens import RefreshingToken
+
+        hub = hub_repo(endpoint)
+        tokens = RefreshingToken(hub.token_route("read"), creds, self.http())
+        tokens.token()  # learn the CAS URL
+        cas = tokens.cas_url or hub.base
+        backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
+        self._backends[f"cas:{cas}"] = backend
+        return backend, lambda oid: file_hex

@@ -1,0 +1,81 @@
+"""The Git LFS batch API, one object at a time: how the agent asks an LFS server where an object
+goes (or comes from) when git-lfs did not ask for it (standalone mode toward a Hub-style remote,
+and oid lookups in a `git xet serve`).
+
+Calls are retried like every CAS call (429 with Retry-After, 5xx, dropped connections), so a
+busy server is waited for instead of failing the push.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..core.http_headers import FILE_HASH, LFS_MEDIA_TYPE, header_value
+from .errors import TransferError
+from .http_errors import status_error
+from .retry import RetryPolicy, with_retries
+
+
+@dataclass(frozen=True)
+class BatchObject:
+    """One object's entry of a batch answer, and the transfer the server chose for the batch."""
+
+    transfer: str | None
+    entry: dict[str, Any]
+
+    def error_message(self) -> str | None:
+        """The server's per-object refusal (e.g. "object not found"), None when there is none."""
+        error = self.entry.get("error")
+        if not error:
+            return None
+        return str(error.get("message") if isinstance(error, dict) else error)
+
+    def action(self, operation: str) -> dict[str, Any] | None:
+        """The object's `upload` or `download` action; None when the server offers none (an
+        upload the server already holds, a download it does not)."""
+        action = (self.entry.get("actions") or {}).get(operation)
+        return action if isinstance(action, dict) else None
+
+    def xet_file_hash(self) -> str | None:
+        """The XET file hash an `xet` download action names, None without one."""
+        action = self.action("download")
+        return header_value(action.get("header"), FILE_HASH) if action else None
+
+
+def batch_one(
+    http: httpx.Client,
+    endpoint: str,
+    operation: str,
+    transfers: list[str],
+    oid: str,
+    size: int,
+    headers: dict[str, str],
+    policy: RetryPolicy | None = None,
+) -> BatchObject:
+    """POST one object to `{endpoint}/objects/batch`. A refused call raises the client error
+    for its status (http_errors.status_error) with the server's reason (401/403: the caller
+    adds the fix); a per-object error is left in the answer for the caller to judge."""
+    what = f"LFS batch request to {endpoint}"
+
+    def attempt() -> httpx.Response:
+        resp = http.post(
+            f"{endpoint}/objects/batch",
+            json={"operation": operation, "transfers": transfers, "objects": [{"oid": oid, "size": size}], "hash_algo": "sha256"},
+            headers={"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE, **headers},
+        )
+        if resp.status_code != 200:
+            raise status_error(what, resp)  # 429/5xx: retried
+        return resp
+
+    resp = with_retries(what, attempt, policy or RetryPolicy.from_env())
+    try:
+        body = resp.json()
+        entry = body["objects"][0]
+        if not isinstance(entry, dict):
+            raise TypeError
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise TransferError(f"the LFS server {endpoint} answered the batch request with something unexpected", retryable=True) from None
+    return BatchObject(body.get("transfer"), entry)

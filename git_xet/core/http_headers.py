@@ -1,0 +1,34 @@
+"""HTTP names of the XET and Git LFS protocols, spelled once for the server and the clients.
+
+The `X-Xet-*` headers are how an LFS batch answer (the Hub's, or our server's emulation of it)
+hands an XET transfer to the client: where the CAS is, a short-lived token for it, when that
+expires, the session, and for downloads the file's XET hash. HTTP header names are
+case-insensitive; these are the spellings the Hub sends, and readers compare lower-cased.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+CAS_URL = "X-Xet-Cas-Url"
+ACCESS_TOKEN = "X-Xet-Access-Token"
+TOKEN_EXPIRATION = "X-Xet-Token-Expiration"
+SESSION_ID = "X-Xet-Session-Id"
+FILE_HASH = "X-Xet-Hash"
+
+LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header that presents `token`."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def header_value(headers: Mapping[str, str] | None, name: str) -> str | None:
+    """Header `name` of a plain mapping (a batch action's JSON `header`), matched as HTTP
+    matches names: case-insensitively."""
+    wanted = name.lower()
+    for key, value in (headers or {}).items():
+        if key.lower() == wanted:
+            return value
+    return None
