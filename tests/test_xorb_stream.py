@@ -34,7 +34,7 @@ def _stream(data: bytes, cuts: list[int], crc: bool = False) -> tuple[StreamingX
     buffer = mmap.mmap(-1, max(len(data), 1))
     verifier = StreamingXorbVerifier(buffer, crc=crc)
     written = 0
-    for cut in sorted({min(c, len(data)) for c in cuts}) + [len(data)]:
+    for cut in [*sorted({min(c, len(data)) for c in cuts}), len(data)]:
         buffer[written:cut] = data[written:cut]
         written = cut
         verifier.advance(cut)
