@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlencode
@@ -133,7 +134,7 @@ class CasApp:
         """The request's body (see http_io.read_body), with this server's idle timeout."""
         return read_body(request, limit, self.config.idle_timeout)
 
-    def receive_xorb(self, request: Request, limit: int = MAX_XORB_BODY, crc: bool = False):
+    def receive_xorb(self, request: Request, limit: int = MAX_XORB_BODY, crc: bool = False) -> AbstractAsyncContextManager[ReceivedXorb]:
         """The request's body as a xorb verified while it arrives (see xorb_intake.receive_xorb)."""
         return receive_xorb(request, self.receive_buffers, limit, self.config.idle_timeout, crc)
 
