@@ -5,6 +5,12 @@ size (our 16-64 MiB xorb bodies and HTTP bodies) come from per-thread arenas and
 resident after use. Pinning the threshold at 1 MiB and capping arenas at 2 keeps peak RSS of
 a multi-GiB transfer a few hundred MiB lower (`bench/git_e2e.py --agent-rss` measures it). No-op where
 glibc's mallopt is absent.
+
+Pinning the mmap threshold also freezes the trim threshold at its 128 KiB default, and the
+HTTP stacks allocate and free a 256 KiB buffer per socket read: the heap grew by a read,
+shrank on its free and grew again on the next, faulting in every page anew (a server
+receiving xorbs took more page faults than the pages it received). An 8 MiB trim threshold
+keeps that much free heap mapped: 5x fewer faults per uploaded byte, ~8 MiB more resident.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import mmap
 import sys
 import threading
 
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 _tuned = False
@@ -36,6 +43,7 @@ def tune_allocator() -> None:
     except (OSError, AttributeError):
         return
     mallopt(_M_MMAP_THRESHOLD, 1 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 8 << 20)
     mallopt(_M_ARENA_MAX, 2)
 
 

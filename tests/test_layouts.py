@@ -13,6 +13,7 @@ import hashlib
 import io
 import random
 import tempfile
+import threading
 import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +22,16 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from git_xet.client.errors import TransferError
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.local_backend import LocalStoreBackend
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
-from git_xet.pipelines.download import download, download_to_path
+from git_xet.pipelines.download import DEFAULT_INFLIGHT_BYTES, download, download_to_path
 from git_xet.pipelines.upload import Uploader
+from git_xet.storage.planning import MAX_FETCH_BYTES
 from tests import hf_xet_oracle
+from tests.datagen import random_bytes
 from tests.server_process import RunningServer, running_server
 
 MIB = 1 << 20
@@ -191,3 +195,49 @@ def test_download_memory_stays_within_its_budget(tmp_path: Path, budget_mib: int
         tracemalloc.stop()
     assert peak <= bound, f"peak {peak / MIB:.1f} MiB over {bound / MIB:.0f} MiB"
     assert (tmp_path / "out").read_bytes() == ABCAB.render()
+
+
+class _FirstFetchWaitsForTheSecond(LocalStoreBackend):
+    """The first range's fetch returns only once a second fetch has started (bounded wait):
+    a download that fetches one range at a time fails here instead of overlapping."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self._lock = threading.Lock()
+        self._started = 0
+        self.second_started = threading.Event()
+
+    def fetch(self, fetch):
+        with self._lock:
+            self._started += 1
+            first = self._started == 1
+        if first:
+            if not self.second_started.wait(timeout=30):
+                raise TransferError("no second range was fetched while the first was outstanding")
+        else:
+            self.second_started.set()
+        return super().fetch(fetch)
+
+
+def test_default_budget_fetches_the_next_range_during_the_current_one(tmp_path: Path) -> None:
+    """With the default budget the range after the one being written is already being fetched
+    (the server cuts ranges at 16 MiB, so two fit), so fetching overlaps decoding and writing;
+    the data comes back whole and Python allocations stay within the default bound."""
+    data = random_bytes(2 * 64 * MIB + 3 * MIB, 11)
+    sha256 = hashlib.sha256(data).hexdigest()
+    store = tmp_path / "store"
+    with Uploader(LocalStoreBackend(store)) as up:
+        result = up.add_bytes(data)
+        up.finalize()
+    backend = _FirstFetchWaitsForTheSecond(store)
+    plan = backend.reconstruction(result.file_hash, None)
+    assert len(plan.fetches) >= 2 and max(f.byte_end - f.byte_start + 1 for f in plan.fetches) <= MAX_FETCH_BYTES
+    tracemalloc.start()
+    try:
+        download_to_path(backend, result.file_hash, tmp_path / "out", size=len(data), sha256=sha256)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert backend.second_started.is_set()
+    assert peak <= DEFAULT_INFLIGHT_BYTES + 4 * MIB, f"peak {peak / MIB:.1f} MiB over the default bound"
+    assert hashlib.sha256((tmp_path / "out").read_bytes()).hexdigest() == sha256

@@ -176,13 +176,22 @@ class ParsedXorb:
 
 
 def _split_footer(view: memoryview) -> tuple[memoryview, XorbFooter | None]:
-    if len(view) < 4:
+    if not has_footer(view):
         return view, None
     (info_len,) = struct.unpack_from("<I", view, len(view) - 4)
     start = len(view) - 4 - info_len
-    if info_len < len(_FOOTER_IDENT) or start < 0 or bytes(view[start : start + 7]) != _FOOTER_IDENT:
-        return view, None
     return view[:start], XorbFooter.parse(view[start : len(view) - 4])
+
+
+def has_footer(data: bytes | memoryview) -> bool:
+    """True when `data` ends the way a xorb with a CasObjectInfo footer does (whether that
+    footer is well-formed is parse_xorb's to say)."""
+    view = memoryview(data)
+    if len(view) < 4:
+        return False
+    (info_len,) = struct.unpack_from("<I", view, len(view) - 4)
+    start = len(view) - 4 - info_len
+    return info_len >= len(_FOOTER_IDENT) and start >= 0 and bytes(view[start : start + 7]) == _FOOTER_IDENT
 
 
 def parse_xorb(data: bytes | memoryview) -> ParsedXorb:

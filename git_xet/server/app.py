@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlencode
@@ -33,7 +34,6 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import ShardFooter, parse_shard, serialize_shard
-from ..core.xorb import MAX_XORB_BODY_BYTES
 from ..storage.cas_store import CasStore, StoredFile
 from ..storage.index_base import open_index
 from ..storage.planning import plan_reconstruction
@@ -44,14 +44,13 @@ from .grants import Grants
 from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
 from .hub import HubEmulation, hub_routes
 from .reconstruction import parse_range_header, with_signed_urls
+from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
 
 log = logging.getLogger("git_xet.server")
 
 DEDUP_KEY_PERIOD = 24 * 3600
 DEDUP_SHARD_LIFETIME = 7 * 24 * 3600
 MAX_SHARD_BODY = 64 * 1024 * 1024
-# The largest serialized xorb verify_xorb accepts, plus room for a footer a client may send.
-MAX_XORB_BODY = MAX_XORB_BODY_BYTES + 1024 * 1024
 
 
 # Shard validations (sha256 of whole files) running at once; the others wait their turn.
@@ -102,6 +101,7 @@ class CasApp:
         self._revoked: frozenset[str] = frozenset()
         self._revoked_at = float("-inf")
         self._validations: asyncio.Semaphore | None = None
+        self.receive_buffers = ReceiveBuffers()
 
     async def revoked(self) -> frozenset[str]:
         """Revoked token ids, re-read from the index at most once a second (`git xet token
@@ -127,6 +127,14 @@ class CasApp:
     def read_body(self, request: Request, limit: int):
         """The request's body (see http_io.read_body), with this server's idle timeout."""
         return read_body(request, limit, self.config.idle_timeout)
+
+    def receive_xorb(self, request: Request, limit: int = MAX_XORB_BODY, crc: bool = False) -> AbstractAsyncContextManager[ReceivedXorb]:
+        """The request's body as a xorb verified while it arrives (see xorb_intake.receive_xorb)."""
+        return receive_xorb(request, self.receive_buffers, limit, self.config.idle_timeout, crc)
+
+    def store_received_xorb(self, xorb: str, received: ReceivedXorb) -> bool:
+        """Store a received xorb (in a worker thread, inside its receive_xorb block)."""
+        return self.store.put_verified_xorb(xorb, lambda expected: received.verifier.finish(received.length, expected))
 
     hash_param = staticmethod(_hash_param)
 
@@ -215,8 +223,8 @@ class CasApp:
     async def upload_xorb(self, request: Request) -> Response:
         await self.authorize(request, "write")
         xorb = _hash_param(request, "xorb")
-        body = await self.read_body(request, MAX_XORB_BODY)
-        inserted = await run_in_threadpool(self.store.put_xorb, xorb, body)
+        async with self.receive_xorb(request) as received:
+            inserted = await run_in_threadpool(self.store_received_xorb, xorb, received)
         return JSONResponse({"was_inserted": inserted})
 
     def _register(self, body: bytes, repo: str, progress=None) -> bool:

@@ -100,15 +100,14 @@ class Grants:
             raise RequestRefused(403, "upload grant signature does not match")
         if exp < time.time():
             raise RequestRefused(403, "upload grant expired; ask for a new one")
-        body = await self.app.read_body(request, length)
-        if len(body) != length:
-            raise RequestRefused(400, f"the grant is for {length} bytes; {len(body)} arrived")
-        assert crc64nvme is not None  # grants are only offered with it
-        if await run_in_threadpool(crc64nvme, body) != crc:
-            raise RequestRefused(400, "BadDigest: the body does not match the granted CRC-64/NVME checksum")
-        if await run_in_threadpool(self.app.store.xorb_layout, xorb) is not None:
-            raise RequestRefused(412, "this xorb is stored already")
-        inserted = await run_in_threadpool(self.app.store.put_xorb, xorb, body)
+        async with self.app.receive_xorb(request, length, crc=True) as received:
+            if received.length != length:
+                raise RequestRefused(400, f"the grant is for {length} bytes; {received.length} arrived")
+            if await run_in_threadpool(received.verifier.crc64, length) != crc:
+                raise RequestRefused(400, "BadDigest: the body does not match the granted CRC-64/NVME checksum")
+            if await run_in_threadpool(self.app.store.xorb_layout, xorb) is not None:
+                raise RequestRefused(412, "this xorb is stored already")
+            inserted = await run_in_threadpool(self.app.store_received_xorb, xorb, received)
         if not inserted:
             raise RequestRefused(412, "this xorb is stored already")
         return Response(status_code=200)

@@ -6,6 +6,7 @@ A stalled upload or a client that stops reading must not pin a connection's buff
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
@@ -15,13 +16,13 @@ from .errors import RequestRefused
 DEFAULT_IDLE_TIMEOUT = 60.0
 
 
-async def read_body(request: Request, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> bytes:
-    """The whole body, refused (413) past `limit` bytes and (408) after `idle_timeout` seconds
-    without a byte: call it only once the request is authorized."""
+async def body_parts(request: Request, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> AsyncIterator[bytes]:
+    """The body's parts as they arrive, refused (413) past `limit` bytes (before a part that
+    crosses it is yielded) and (408) after `idle_timeout` seconds without a byte: iterate it
+    only once the request is authorized."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestRefused(413, f"body of {declared} bytes exceeds the {limit}-byte limit")
-    parts: list[bytes] = []
     received = 0
     stream = request.stream().__aiter__()
     try:
@@ -32,15 +33,21 @@ async def read_body(request: Request, limit: int, idle_timeout: float = DEFAULT_
                 break
             except asyncio.TimeoutError:
                 raise RequestRefused(408, f"no body bytes for {idle_timeout:g} s; send the request again") from None
-            parts.append(part)
             received += len(part)
             if received > limit:
                 raise RequestRefused(413, f"body exceeds the {limit}-byte limit")
+            if part:
+                yield part
     except ClientDisconnect:
         raise RequestRefused(400, "client disconnected before sending the whole body") from None
     if declared is not None and declared.isdigit() and received != int(declared):
         raise RequestRefused(400, "body is shorter than its Content-Length")
-    return b"".join(parts)  # one copy of a body of up to 64 MiB
+
+
+async def read_body(request: Request, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> bytes:
+    """The whole body, within the bounds of body_parts (for small bodies: xorbs are received
+    into reusable buffers instead, see xorb_intake)."""
+    return b"".join([part async for part in body_parts(request, limit, idle_timeout)])
 
 
 class PacedStreamingResponse(StreamingResponse):

@@ -83,12 +83,18 @@ class CasStore:
         the object wins; the index always describes the bytes actually stored, so a loser (or
         a writer that died between the object and the index) indexes the winner's layout.
         """
+        return self.put_verified_xorb(xorb_hex, lambda expected: verify_xorb(body, expected))
+
+    def put_verified_xorb(self, xorb_hex: str, verify: Callable[[bytes], VerifiedXorb]) -> bool:
+        """put_xorb for a body whose verification is `verify(expected hash)` (which raises
+        FormatError when it fails), e.g. a StreamingXorbVerifier's finish: called only when
+        the xorb is not stored yet, so a repeated upload costs no verification."""
         key = self.xorb_key(xorb_hex)
         expected = hashes.hex_to_hash(xorb_hex)
         if self.xorb_layout(xorb_hex) is not None and self.objects.exists(key):
             return False
         try:
-            verified = verify_xorb(body, expected)
+            verified = verify(expected)
         except FormatError as exc:
             raise Rejected(f"rejected xorb {xorb_hex}: {exc}") from None
         with self._full_disk_reported():
