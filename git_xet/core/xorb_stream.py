@@ -15,7 +15,7 @@ import mmap
 from .checksums import crc64nvme
 from .constants import MAX_XORB_CHUNKS
 from .errors import FormatError, HashMismatchError
-from .hashes import chunk_hash, xorb_hash
+from .hashes import XetHash, chunk_hash, xorb_hash
 from .xorb import MAX_XORB_BODY_BYTES, VerifiedXorb, decode_chunk, has_footer, parse_chunk_records, verify_xorb
 
 
@@ -31,7 +31,7 @@ class StreamingXorbVerifier:
     def __init__(self, buffer: bytearray | mmap.mmap, crc: bool = False) -> None:
         self._view = memoryview(buffer)
         self._scanned = 0  # bytes parsed into complete chunk records
-        self._hashes: list[bytes] = []
+        self._hashes: list[XetHash] = []
         self._sizes: list[int] = []
         self._ends: list[int] = []
         self._followable = True  # False once the body is something only verify_xorb can judge
@@ -83,4 +83,6 @@ class StreamingXorbVerifier:
         digest = xorb_hash(self._hashes, self._sizes)
         if expected_hash is not None and digest != expected_hash:
             raise HashMismatchError("xorb content does not match its hash")
-        return VerifiedXorb(digest, body, tuple(self._hashes), tuple(self._sizes), tuple(self._ends))
+        return VerifiedXorb(
+            xorb_hash=digest, chunk_hashes=tuple(self._hashes), byte_ends=tuple(self._ends), chunk_sizes=tuple(self._sizes), body=body
+        )
