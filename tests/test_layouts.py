@@ -230,11 +230,11 @@ def test_default_budget_fetches_the_next_range_during_the_current_one(tmp_path: 
         result = up.add_bytes(data)
         up.finalize()
     backend = _FirstFetchWaitsForTheSecond(store)
-    plan = backend.reconstruction(result.file_hash, None)
+    plan = backend.reconstruction(result.file_hex, None)
     assert len(plan.fetches) >= 2 and max(f.byte_end - f.byte_start + 1 for f in plan.fetches) <= MAX_FETCH_BYTES
     tracemalloc.start()
     try:
-        download_to_path(backend, result.file_hash, tmp_path / "out", size=len(data), sha256=sha256)
+        download_to_path(backend, result.file_hex, tmp_path / "out", size=len(data), sha256_hex=sha256)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
