@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MIB, edit_file, machine, timed, write_json, write_random_file
 
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
-from tests.gitenv import make_git_env
-from tests.seaweed import running_seaweedfs
+from tests.support.gitenv import make_git_env
+from tests.support.seaweed import running_seaweedfs
 
 
 def _stored(objects: S3ObjectStore) -> dict[str, int]:

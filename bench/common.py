@@ -121,7 +121,7 @@ def machine() -> str:
 
 def lfs_repo_with(genv, root: Path, sources: list[Path]) -> Path:
     """A work tree under `root` with `sources` committed as LFS files (*.bin) and a bare
-    `root/remote.git` as its origin; `genv` is a tests.gitenv.GitEnv. Returns the work tree."""
+    `root/remote.git` as its origin; `genv` is a tests.support.gitenv.GitEnv. Returns the work tree."""
     genv.git("init", "-q", "--bare", str(root / "remote.git"))
     work = root / "work"
     genv.git("init", "-q", str(work))

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MIB, RequestLog, edit_file, machine, write_json, write_random_file
 from git_e2e import run_tool
 
-from tests import hf_xet_oracle
-from tests.server_process import running_server
+from tests.support import hf_xet_oracle
+from tests.support.server_process import running_server
 
 
 def hf_xet_v2_bytes(root: Path, v1: Path, v2: Path) -> int:

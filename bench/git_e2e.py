@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, process_cpu, timed, write_json, write_random_file
 
-from tests.gitenv import agent_peak_rss, make_git_env, record_agent_rss
-from tests.server_process import running_server
+from tests.support.gitenv import agent_peak_rss, make_git_env, record_agent_rss
+from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
 PHASE_KEYS = ("seconds", "client_cpu", "server_cpu", "bytes_in", "bytes_out", "agent_peak_rss_mib")

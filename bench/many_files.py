@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import lfs_repo_with, machine, median, timed, write_json
 from git_e2e import plain_lfs_server
 
-from tests.gitenv import GitEnv, make_git_env
-from tests.server_process import running_server
+from tests.support.gitenv import GitEnv, make_git_env
+from tests.support.server_process import running_server
 
 TOOLS = ("git-lfs", "git-xet", "git-xet-local")
 KIB = 1024

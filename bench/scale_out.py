@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import MIB, lfs_repo_with, machine, timed, write_json, write_random_file
 
-from tests.deployment import running_deployment
-from tests.gitenv import make_git_env
-from tests.nginx_process import reserve_port, running_nginx
-from tests.postgres_process import Postgres, running_postgres
-from tests.seaweed import RunningS3, running_seaweedfs
-from tests.server_process import running_server
+from tests.support.deployment import running_deployment
+from tests.support.gitenv import make_git_env
+from tests.support.nginx_process import reserve_port, running_nginx
+from tests.support.postgres_process import Postgres, running_postgres
+from tests.support.seaweed import RunningS3, running_seaweedfs
+from tests.support.server_process import running_server
 
 # mode -> (replicas on PostgreSQL (0: one server, SQLite), objects in an S3 bucket)
 MODES = {"sqlite": (0, False), "pg1": (1, False), "pg2": (2, False), "s3pg1": (1, True), "s3pg2": (2, True)}

@@ -27,7 +27,7 @@ from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.core.hashes import hash_to_hex
 from git_xet.core.xorb import XorbBuilder
-from tests.server_process import running_server
+from tests.support.server_process import running_server
 
 CHUNK = 64 * 1024
 

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import children_cpu, process_cpu  # noqa: E402
 
-from tests import hf_xet_oracle  # noqa: E402
-from tests.server_process import running_server  # noqa: E402
+from tests.support import hf_xet_oracle  # noqa: E402
+from tests.support.server_process import running_server  # noqa: E402
 
 _OURS = r"""
 import sys, time, json, os

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MIB, edit_file, machine, median, process_cpu, timed, write_json, write_random_file
 from git_e2e import plain_lfs_server
 
-from tests.gitenv import GitEnv, make_git_env
-from tests.server_process import running_server
+from tests.support.gitenv import GitEnv, make_git_env
+from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
 PHASES = ("push", "clone", "push_v2", "push_small", "clone_small")

@@ -48,7 +48,7 @@ _LAZY = {
     "IntegrityError": ".pipelines.download",
 }
 
-__all__ = [  # XetError, __version__ and the names of _LAZY (tests/test_public_api.py checks they agree)
+__all__ = [  # XetError, __version__ and the names of _LAZY (tests/integration/test_public_api.py checks they agree)
     "ConflictError",
     "DownloadResult",
     "HashedFile",

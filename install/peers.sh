@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Install the third-party XET clients the tests use as real peers (besides hf-xet, a Python wheel):
-#   huggingface.js (@huggingface/hub, pinned with its lock file in tests/peers/) into .cache/hfjs/.
+#   huggingface.js (@huggingface/hub, pinned with its lock file in tests/support/peers/) into .cache/hfjs/.
 # Idempotent: a second run only compares the installed lock file with the pinned one.
 # Needs node >= 18 and npm; as root on Debian/Ubuntu they are installed when missing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PEERS="$ROOT/tests/peers"
+PEERS="$ROOT/tests/support/peers"
 DEST="$ROOT/.cache/hfjs"
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

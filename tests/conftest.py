@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres_process import Postgres, running_postgres
-from tests.seaweed import RunningS3, running_seaweedfs
+from tests.support.postgres_process import Postgres, running_postgres
+from tests.support.seaweed import RunningS3, running_seaweedfs
 
 
 @pytest.fixture(scope="session")

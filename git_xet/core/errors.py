@@ -1,7 +1,7 @@
 """The protocol core's own errors, and XetError, the base of every git-xet error (defined in
 git_xet/__init__.py so that the agent imports nothing more for it; re-exported here).
 
-Every exception class in git_xet derives from XetError (tests/test_error_tree.py checks it),
+Every exception class in git_xet derives from XetError (tests/integration/test_error_tree.py checks it),
 so `except git_xet.XetError` catches whatever git-xet raises on purpose. Each layer has its own
 branch, and a layer translates the errors of the one below at its boundary:
 

@@ -1,7 +1,7 @@
 """The 256-entry Gearhash lookup table of the XET-BLAKE3-GEARHASH-LZ4 suite.
 
 Copied from the draft's appendix (rust-gearhash's DEFAULT_TABLE); the C extension carries the
-same values and tests/test_chunking.py checks the two agree.
+same values and tests/unit/test_chunking.py checks the two agree.
 """
 
 GEARHASH_TABLE: tuple[int, ...] = (

@@ -82,7 +82,7 @@ class ShardRegistration:
 
 
 class MetadataIndex(Protocol):
-    """The index's contract (tests/test_index_contract.py checks every implementation).
+    """The index's contract (tests/contract/test_index_contract.py checks every implementation).
 
     Writes are idempotent and first-writer-wins: a xorb's layout, a file's terms, a verified
     sha256 and an oid mapping, once recorded, are never replaced. Every method is safe to call

@@ -1,0 +1,214 @@
+"""The ObjectStore contract, run against the directory store and the S3 store (on a real
+SeaweedFS), and what only the S3 store offers: presigned PUTs whose checksum and
+`If-None-Match: *` are signed in, presigned ranged GETs, delete and list."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from git_xet.core.checksums import crc64nvme, crc64nvme_reference
+from git_xet.storage.objects import DirectoryObjectStore, ObjectStore
+from git_xet.storage.s3 import PartsBody, S3Config, S3Error, S3Location, S3ObjectStore, parse_s3_url
+from tests.support.datagen import random_bytes
+from tests.support.seaweed import RunningS3
+
+
+@pytest.fixture(params=["directory", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
+    if request.param == "directory":
+        yield DirectoryObjectStore(tmp_path / "objects")
+    else:
+        s3: RunningS3 = request.getfixturevalue("seaweed")
+        yield S3ObjectStore(S3Location(s3.new_bucket(), "some/prefix"), S3Config.from_env(s3.env()))
+
+
+@pytest.fixture
+def s3_store(seaweed: RunningS3) -> S3ObjectStore:
+    return S3ObjectStore(S3Location(seaweed.new_bucket(), "pre"), S3Config.from_env(seaweed.env()))
+
+
+def test_put_read_exists_and_missing(store: ObjectStore) -> None:
+    body = random_bytes(100_003, 1)
+    assert not store.exists("xorbs/ab/k1")
+    store.put("xorbs/ab/k1", body[:5], memoryview(body)[5:])
+    assert store.exists("xorbs/ab/k1")
+    assert store.read("xorbs/ab/k1") == body
+    store.put("xorbs/ab/k1", b"replaced")
+    assert store.read("xorbs/ab/k1") == b"replaced"
+    with pytest.raises(FileNotFoundError):
+        store.read("xorbs/ab/missing")
+
+
+def test_put_new_creates_once(store: ObjectStore) -> None:
+    assert store.put_new("shards/x.mdb", b"first") is True
+    assert store.put_new("shards/x.mdb", b"second") is False
+    assert store.read("shards/x.mdb") == b"first"
+
+
+def test_racing_put_new_has_exactly_one_winner(store: ObjectStore) -> None:
+    bodies = [random_bytes(50_000, 100 + i) for i in range(6)]
+    results: list[bool] = [False] * len(bodies)
+    start = threading.Barrier(len(bodies))
+
+    def write(i: int) -> None:
+        start.wait(timeout=30)
+        results[i] = store.put_new("race/key", bodies[i])
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results.count(True) == 1
+    assert store.read("race/key") == bodies[results.index(True)]
+
+
+OBJECT = random_bytes(70_001, 7)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=st.integers(0, len(OBJECT) + 10), length=st.integers(1, len(OBJECT) + 10))
+def test_read_range_matches_slicing(store: ObjectStore, start: int, length: int) -> None:
+    if not store.exists("ranged"):
+        store.put("ranged", OBJECT)
+    end = start + length - 1
+    assert store.read_range("ranged", start, end) == OBJECT[start : end + 1]
+
+
+def test_unsafe_or_bad_locations_are_refused() -> None:
+    with pytest.raises(ValueError):
+        DirectoryObjectStore(Path("/nonexistent")).read("../etc/passwd")
+    assert parse_s3_url("s3://bucket-1/team/models/") == S3Location("bucket-1", "team/models")
+    assert parse_s3_url("s3://bucket-1") == S3Location("bucket-1", "")
+    for bad in ("s3://", "s3://a", "http://bucket/x", "s3://bucket/../x", "s3://bucket/a//b", "s3://b?x/y"):
+        with pytest.raises(ValueError):
+            parse_s3_url(bad)
+
+
+# ---------------------------------------------------------------- S3 only
+
+
+@pytest.mark.parametrize("size", [0, 5, 4096, 70_001])
+def test_read_tail(s3_store: S3ObjectStore, size: int) -> None:
+    body = random_bytes(size, size)
+    s3_store.put("tailed", body)
+    for length in (1, 4, 4096, 100_000):
+        tail, total = s3_store.read_tail("tailed", length)
+        assert total == size
+        assert tail == body[-length:] if size else tail == b""
+
+
+def test_delete_and_list(s3_store: S3ObjectStore) -> None:
+    keys = {f"xorbs/{i:02x}/k{i}": random_bytes(10 + i, i) for i in range(12)}
+    for key, body in keys.items():
+        s3_store.put(key, body)
+    s3_store.put("shards/s.mdb", b"shard")
+    assert dict(s3_store.sizes("xorbs/")) == {k: len(v) for k, v in keys.items()}
+    listed = dict(s3_store.list())
+    assert sorted(listed) == sorted([*keys, "shards/s.mdb"])
+    # list() is the ObjectStore protocol's (key, last-modified time): gc's grace period reads it.
+    assert all(abs(modified - time.time()) < 600 for modified in listed.values()), listed
+    s3_store.delete("xorbs/00/k0")
+    s3_store.delete("xorbs/00/k0")  # absent: no error
+    assert not s3_store.exists("xorbs/00/k0")
+    assert len(list(s3_store.list("xorbs/"))) == len(keys) - 1
+
+
+def test_presigned_put_is_bound_to_its_checksum_and_creates_once(s3_store: S3ObjectStore) -> None:
+    body = random_bytes(200_000, 3)
+    crc = crc64nvme(body) if crc64nvme else crc64nvme_reference(body)
+    url, headers = s3_store.presign_put_new("staging/a", crc, 60)
+    assert "x-amz-checksum-crc64nvme" in url.lower().split("x-amz-signedheaders=")[1].split("&")[0].replace("%3b", ";")
+    tampered = bytearray(body)
+    tampered[1000] ^= 1
+    refused = httpx.put(url, content=bytes(tampered), headers=headers)
+    assert refused.status_code == 400 and "BadDigest" in refused.text
+    assert not s3_store.exists("staging/a")
+    unsigned = httpx.put(url, content=body, headers={**headers, "x-amz-meta-extra": "1"})
+    assert unsigned.status_code == 403
+    stripped = httpx.put(url, content=body, headers={"If-None-Match": "*"})  # checksum header dropped
+    assert stripped.status_code == 403
+    assert not s3_store.exists("staging/a")
+    assert httpx.put(url, content=body, headers=headers).status_code == 200
+    assert s3_store.read("staging/a") == body
+    assert httpx.put(url, content=body, headers=headers).status_code == 412
+
+
+def test_presigned_put_expires(s3_store: S3ObjectStore) -> None:
+    body = b"expiring body"
+    url, headers = s3_store.presign_put_new("staging/b", crc64nvme_reference(body), 1)
+    time.sleep(2.2)
+    assert httpx.put(url, content=body, headers=headers).status_code == 403
+    assert not s3_store.exists("staging/b")
+
+
+def test_presigned_get_serves_one_range(s3_store: S3ObjectStore) -> None:
+    s3_store.put("xorbs/aa/x", OBJECT)
+    url = s3_store.presign_get("xorbs/aa/x", 60)
+    for start, end in ((0, 0), (17, 4095), (len(OBJECT) - 9, len(OBJECT) - 1)):
+        response = httpx.get(url, headers={"Range": f"bytes={start}-{end}"})
+        assert response.status_code == 206
+        assert response.content == OBJECT[start : end + 1]
+    assert httpx.get(url.replace("X-Amz-Signature=", "X-Amz-Signature=0"), headers={"Range": "bytes=0-9"}).status_code == 403
+
+
+def test_wrong_credentials_say_which(seaweed: RunningS3) -> None:
+    bucket = seaweed.new_bucket()
+    wrong_secret = S3ObjectStore(S3Location(bucket), S3Config.from_env(seaweed.env(AWS_SECRET_ACCESS_KEY="not-the-secret")))
+    with pytest.raises(S3Error, match="secret key does not match"):
+        wrong_secret.put("k", b"v")
+    wrong_key = S3ObjectStore(S3Location(bucket), S3Config.from_env(seaweed.env(AWS_ACCESS_KEY_ID="nobody")))
+    with pytest.raises(S3Error, match="access key is unknown"):
+        wrong_key.read("k")
+    with pytest.raises(S3Error, match="credentials are wrong"):  # a HEAD answer has no error code
+        wrong_key.exists("k")
+    missing = S3ObjectStore(S3Location("no-such-bucket-here"), S3Config.from_env(seaweed.env()))
+    with pytest.raises(S3Error, match="does not exist"):
+        missing.put("k", b"v")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    parts=st.lists(st.binary(max_size=300), max_size=5),
+    steps=st.lists(st.tuples(st.sampled_from(["read", "seek_set", "seek_cur", "seek_end"]), st.integers(-400, 400)), max_size=12),
+)
+def test_parts_body_reads_and_seeks_as_the_joined_bytes(parts: list[bytes], steps: list[tuple[str, int]]) -> None:
+    """PartsBody (the join-free PUT body) against io.BytesIO of the joined parts, step by step."""
+    joined = b"".join(parts)
+    body, model = PartsBody(tuple(memoryview(p) for p in parts)), io.BytesIO(joined)
+    assert len(body) == len(joined)
+    for op, n in steps:
+        if op == "read":
+            assert body.read(n if n >= 0 else -1) == model.read(n if n >= 0 else -1)
+        else:
+            whence = {"seek_set": io.SEEK_SET, "seek_cur": io.SEEK_CUR, "seek_end": io.SEEK_END}[op]
+            target = {io.SEEK_SET: 0, io.SEEK_CUR: model.tell(), io.SEEK_END: len(joined)}[whence] + n
+            model.seek(min(max(target, 0), len(joined)))  # PartsBody clamps into [0, size]
+            assert body.seek(n, whence) == model.tell()
+        assert body.tell() == model.tell()
+    body.seek(0)
+    assert body.read() == joined
+
+
+def test_a_put_of_parts_makes_no_joined_copy(s3_store: S3ObjectStore) -> None:
+    """A commit stores body + footer: the PUT streams the parts (a bound with a wide margin:
+    a joined copy alone would be 16 MiB)."""
+    body, footer = random_bytes(16 * 1024 * 1024, 7), random_bytes(5000, 8)
+    tracemalloc.start()
+    try:
+        assert s3_store.put_new("xorbs/aa/parts", body, memoryview(footer))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, peak
+    assert s3_store.read("xorbs/aa/parts") == body + footer

@@ -1,0 +1,203 @@
+"""The agent process speaking the custom transfer protocol directly (no git-lfs in between)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from git_xet.agent import protocol
+from git_xet.client.location import create_local_store
+from tests.support.datagen import random_bytes
+
+
+def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = None, *, returncode: int = 0) -> tuple[list[dict], str, float]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_XET_CACHE": str(tmp_path / "cache"), "GIT_CONFIG_NOSYSTEM": "1"}
+    env.update(env_extra or {})
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "git_xet", "transfer"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+        check=False,  # the return code is asserted below, with stderr
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode == returncode, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr, elapsed
+
+
+INIT = json.dumps({"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8})
+
+
+def _lfs_object(repo: Path, data: bytes) -> tuple[str, Path]:
+    """Put `data` where git-lfs keeps objects (.git/lfs/objects/ab/cd/<oid>)."""
+    oid = hashlib.sha256(data).hexdigest()
+    path = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return oid, path
+
+
+def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    data = random_bytes(300_000, 1)
+    oid, obj = _lfs_object(tmp_path, data)
+    other_oid, other = _lfs_object(tmp_path, random_bytes(1000, 2))
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.bin"
+    outside.write_bytes(data)
+    store = tmp_path / "store"
+    create_local_store(store)  # as `git xet install --standalone` does; the agent never creates one
+    lines = [
+        INIT,
+        "this is not json",
+        json.dumps({"event": "upload", "oid": "../../etc", "size": 1, "path": str(obj)}),
+        json.dumps({"event": "upload", "oid": oid, "size": "300000", "path": str(obj)}),
+        json.dumps({"event": "whatever"}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(outside), "action": None}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj / ".." / ".." / ".." / ".." / ".." / ".." / outside.name)}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data) + 1, "path": str(obj), "action": None}),
+        json.dumps({"event": "upload", "oid": oid, "size": 1000, "path": str(other), "action": None}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj), "action": None}),
+        json.dumps({"event": "upload", "oid": "ab" * 32, "size": 5, "path": str(obj.parent / "missing"), "action": None}),
+        json.dumps({"event": "terminate"}),
+        json.dumps({"event": "upload", "oid": oid, "size": 1, "path": str(obj)}),  # after terminate: ignored
+    ]
+    out, stderr, _ = _agent(tmp_path, lines, {"GIT_XET_ENDPOINT": str(store)})
+    assert out[0] == {}
+    # One object at a time: the answers split into groups, each ending in its `complete`.
+    groups: list[list[dict]] = [[]]
+    for message in out[1:]:
+        groups[-1].append(message)
+        if message.get("event") == "complete":
+            groups.append([])
+    assert groups.pop() == []  # nothing after terminate
+    (bad_oid,), (bad_size,), outside_abs, outside_dotdot, wrong_size, wrong_content, good, missing = groups
+    assert bad_oid == {"event": "complete", "oid": "../../etc", "error": {"code": 32, "message": "git-xet: oid must be 64 lowercase hex digits"}}
+    assert bad_size == {"event": "complete", "oid": oid, "error": {"code": 32, "message": "git-xet: size must be a non-negative integer"}}
+    for group in (outside_abs, outside_dotdot, wrong_size, wrong_content, good, missing):
+        assert group[0]["event"] == "progress" and (group[0]["bytesSoFar"], group[0]["bytesSinceLast"]) == (1, 1)
+    for refused in (outside_abs, outside_dotdot):
+        assert "outside this repository's LFS storage" in refused[-1]["error"]["message"]
+    assert "300000 bytes, but the request says 300001" in wrong_size[-1]["error"]["message"]
+    assert "does not match its oid" in wrong_content[-1]["error"]["message"]
+    assert good[-1] == {"event": "complete", "oid": oid}
+    progress = good[:-1]
+    assert [p["bytesSoFar"] for p in progress] == sorted(p["bytesSoFar"] for p in progress)
+    assert sum(p["bytesSinceLast"] for p in progress) == len(data)
+    assert missing[-1]["oid"] == "ab" * 32 and missing[-1]["error"]["code"] == 2 and "missing" in missing[-1]["error"]["message"]
+    assert "not JSON" in stderr
+    # Refused requests stored nothing: the store knows the good file only.
+    from git_xet.storage.cas_store import CasStore
+
+    store_index = CasStore(store)
+    assert store_index.file_by_sha256(oid) is not None
+    assert store_index.file_by_sha256(other_oid) is None
+
+
+def test_stdout_stays_clean_when_a_library_prints(tmp_path: Path) -> None:
+    """Anything written to stdout by Python or C code inside the agent lands on stderr."""
+    script = (
+        "import os, sys\n"
+        "from git_xet.agent.stdio import ProtocolOut\n"
+        "out = ProtocolOut()\n"
+        "print('stray print')\n"
+        "os.write(1, b'stray fd write\\n')\n"
+        "out.send('{}')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "{}\n"
+    assert "stray print" in proc.stderr and "stray fd write" in proc.stderr
+
+
+def test_init_is_answered_quickly_and_eof_exits(tmp_path: Path) -> None:
+    out, _, elapsed = _agent(tmp_path, [INIT])
+    assert out == [{}]
+    assert elapsed < 10  # generous: a timing bound here only guards against pathological start-up
+
+
+# ---------------------------------------------------------------- a refused init is answered
+
+_LINE_TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40)
+
+
+def _not_an_init(line: str) -> bool:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return bool(line.strip())
+    return not isinstance(msg, dict) or msg.get("event") not in ("init", "terminate")
+
+
+# What git-lfs could never send first, but a broken or hostile caller might: each case with a
+# phrase its error must contain, derived from the input rather than from our message table.
+_refused_inits = st.one_of(
+    st.one_of(_LINE_TEXT, st.integers(), st.none(), st.booleans()).filter(lambda op: op not in ("upload", "download")).map(
+        lambda op: (json.dumps({"event": "init", "operation": op, "remote": "origin", "concurrenttransfers": 8}), f"unknown operation {op!r}")
+    ),
+    _LINE_TEXT.filter(_not_an_init).map(lambda line: (line, "git-xet: ")),
+    st.sampled_from(["upload", "download"]).map(
+        lambda event: (json.dumps({"event": event, "oid": "ab" * 32, "size": 1, "path": "x", "action": None}), "first request must be init")
+    ),
+)
+
+
+@settings(max_examples=12, deadline=None)
+@given(case=_refused_inits)
+def test_a_refused_init_gets_an_error_answer_and_the_agent_exits(tmp_path_factory, case: tuple[str, str]) -> None:
+    """git-lfs waits for the answer to init: a refused one is answered with the protocol's
+    error object (and nothing else, even for requests that follow), and the agent exits."""
+    first, phrase = case
+    out, _, _ = _agent(tmp_path_factory.mktemp("agent"), [first, INIT], returncode=1)
+    assert len(out) == 1 and set(out[0]) == {"error"}, out
+    assert out[0]["error"]["code"] == protocol.ERR_BAD_REQUEST
+    message = out[0]["error"]["message"]
+    assert message.startswith("git-xet: ") and phrase in message, message
+
+
+# ---------------------------------------------------------------- the init fast path's parser
+
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20), st.floats(allow_nan=False))
+_flat_objects = st.dictionaries(st.text(max_size=12), _scalars, max_size=6)
+
+
+def _json_or_none(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(_flat_objects, st.sampled_from([None, 0, 1]), st.booleans())
+def test_flat_parser_agrees_with_json_on_real_messages(obj: dict, indent, ensure_ascii: bool) -> None:
+    text = json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii)
+    parsed = protocol.parse_flat_object(text)
+    # It may decline (escapes, floats, newlines from indent...) but never disagrees.
+    assert parsed is None or parsed == json.loads(text)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(alphabet=st.sampled_from('{}[]":, \t\n\\-0123456789abtrufenl.eE\x01é'), max_size=40))
+def test_flat_parser_never_accepts_what_json_rejects(text: str) -> None:
+    parsed = protocol.parse_flat_object(text)
+    if parsed is not None:
+        assert parsed == _json_or_none(text), text
+
+
+def test_git_lfs_init_line_takes_the_fast_path() -> None:
+    line = '{"event":"init","operation":"download","remote":"origin","concurrent":true,"concurrenttransfers":8}'
+    assert protocol.parse_flat_object(line) == json.loads(line)
+    init = protocol.parse_request(line)
+    assert isinstance(init, protocol.Init) and (init.operation, init.remote, init.concurrent_transfers) == ("download", "origin", 8)

@@ -1,0 +1,83 @@
+"""Start the real `git xet serve` process on 127.0.0.1 for a test, and stop it afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.support.gitenv import run_git_xet
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+    data_dir: Path
+    process: subprocess.Popen
+    log_name: str = "server.log"
+
+    def token(self, scope: str = "write", ttl: int = 3600, repo: str = "default") -> str:
+        """A user token for `repo` (the repo standalone clients and hf-xet act on by default)."""
+        return self._mint(scope, ttl, repo).stdout.strip()
+
+    def minted(self, scope: str = "write", ttl: int = 3600, repo: str = "default") -> dict:
+        """`git xet token --json`: the token with its expiry and CAS URL fields."""
+        return json.loads(self._mint(scope, ttl, repo, "--json").stdout)
+
+    def _mint(self, scope: str, ttl: int, repo: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return run_git_xet("token", "--data", str(self.data_dir), "--scope", scope, "--ttl", str(ttl), "--repo", repo, *extra, timeout=60, check=True)
+
+    def log(self) -> str:
+        return (self.data_dir.parent / self.log_name).read_text(errors="replace")
+
+
+@contextmanager
+def running_server(
+    data_dir: Path,
+    *extra: str,
+    port: int = 0,
+    wrapper: tuple[str, ...] = (),
+    log_name: str = "server.log",
+    env: dict[str, str] | None = None,
+) -> Iterator[RunningServer]:
+    """`git xet serve --data data_dir ...` on 127.0.0.1, run through `wrapper` (a command that
+    execs the rest of its arguments, e.g. to give the server its own mounts) when given; its
+    stderr goes to `log_name` beside data_dir (replicas sharing a directory each have their own);
+    `env` adds to the environment (e.g. the AWS SDK's variables for --objects s3://...)."""
+    log_path = data_dir.parent / log_name
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [*wrapper, sys.executable, "-m", "git_xet", "serve", "--data", str(data_dir), "--port", str(port), *extra],
+            stdout=subprocess.PIPE, stderr=log, env={**os.environ, **(env or {})},
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"server did not start: {log_path.read_text(errors='replace')[-2000:]}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("server never answered /health")
+        yield RunningServer(url, data_dir, proc, log_name)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
