@@ -16,8 +16,9 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.support.http_stub import http_stub
 from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -570,19 +571,6 @@ class _Recorder(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-@contextmanager
-def _http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
-
-
 def test_the_agent_sends_hf_token_only_to_the_hub_and_refuses_foreign_refresh_urls(tmp_path: Path) -> None:
     """Before: cloning a repo whose .lfsconfig named a hostile LFS server sent `Bearer $HF_TOKEN`
     to whatever host its batch answer named, over plain http."""
@@ -596,7 +584,7 @@ def test_the_agent_sends_hf_token_only_to_the_hub_and_refuses_foreign_refresh_ur
 
     g = make_git_env(tmp_path)
     g.env.update(HF_TOKEN=secret, GIT_XET_RETRY_MAX_ATTEMPTS="1")
-    with _http_server(Thief) as thief, _http_server(Hostile) as hostile:
+    with http_stub(Thief) as thief, http_stub(Hostile) as hostile:
         Hostile.thief_url = thief
         g.git_xet("install")  # negotiated mode: the LFS server's batch answer drives the agent
         g.git("init", "--bare", "remote.git")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import string
 import subprocess
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from git_xet.client.location import STORE_MARKER, LocationError, create_local_st
 from git_xet.client.retry import MAX_RETRY_AFTER, RetryPolicy
 from git_xet.core.http_headers import bearer
 from tests.support.datagen import random_bytes
+from tests.support.http_stub import http_stub
 from tests.support.gitenv import GitEnv, make_git_env, run_git_xet
 from tests.support.server_process import running_server
 
@@ -372,7 +372,7 @@ def test_doctor_checks_what_it_claims(tmp_path: Path) -> None:
 @contextmanager
 def _plain_http_server():
     """A web server on loopback that is not a git-xet server."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     class NotFound(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # http.server's naming
@@ -381,15 +381,8 @@ def _plain_http_server():
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with http_stub(NotFound) as url:
+        yield url
 
 
 # ------------------------------------------------------------------ team workflow

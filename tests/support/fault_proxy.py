@@ -20,7 +20,9 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.support.http_stub import http_stub
 
 import httpx
 
@@ -176,18 +178,8 @@ def fault_proxy(upstream: str, plan: FaultPlan | FaultRate) -> Iterator[str]:
 
         do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _handle
 
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-
-        def handle_error(self, request, client_address) -> None:
-            pass  # writes to a connection we reset on purpose fail; that is the point
-
-    server = Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        with http_stub(Handler) as url:
+            yield url
     finally:
-        server.shutdown()
-        server.server_close()
         client.close()

@@ -11,7 +11,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.support.http_stub import http_stub
 
 import pytest
 
@@ -110,15 +112,8 @@ def hostile_server(behaviour: Behaviour) -> Iterator[str]:
             except OSError:
                 pass  # the client hung up
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_stub(Handler) as url:
+        yield url
 
 
 def _download(url: str) -> bytes:
