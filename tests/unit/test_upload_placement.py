@@ -1,0 +1,147 @@
+"""Upload placement (pipelines/upload.py) on generated layouts, in-process on a local store.
+
+Expectations are derived independently of the uploader: the files are cut with the core
+chunker and their distinct chunks counted here; what was stored is read back by parsing the
+xorb bodies the backend received.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tempfile
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from git_xet.client.local_backend import LocalStoreBackend
+from git_xet.client.shard_cache import ShardCache
+from git_xet.core.chunking import chunk_boundaries
+from git_xet.core.hashes import chunk_hash
+from git_xet.core.xorb import verify_xorb
+from git_xet.pipelines import upload
+from git_xet.pipelines.download import download
+from git_xet.pipelines.upload import FRAGMENTATION_ENTER, FRAGMENTATION_LEAVE, FRAGMENTATION_WINDOW, Uploader
+
+KIB = 1024
+
+
+class _RecordingStore(LocalStoreBackend):
+    """A local store that keeps the chunk hashes of every xorb it is sent."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.stored_chunks: list[bytes] = []
+
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
+        self.stored_chunks += verify_xorb(bytes(body)).chunk_hashes
+        return super().upload_xorb(xorb_hex, body)
+
+
+def _chunks(data: bytes) -> list[bytes]:
+    ends = chunk_boundaries(data)
+    return [data[start:end] for start, end in zip([0, *ends[:-1]], ends)]
+
+
+# Files built from a few random blocks (from a few bytes to a few hundred KiB, i.e. from part
+# of one chunk to several), each file a sequence of block numbers, so blocks repeat within a
+# file and across the files of one session.
+layouts = st.tuples(
+    st.lists(st.integers(1, 400 * KIB), min_size=1, max_size=4),  # block sizes
+    st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=4),  # files
+    st.integers(0, 2**32),  # seed
+)
+
+
+def _files(layout: tuple[list[int], list[list[int]], int]) -> list[bytes]:
+    sizes, files, seed = layout
+    blocks = [hashlib.shake_256(f"{seed}/{i}".encode()).digest(size) for i, size in enumerate(sizes)]
+    return [b"".join(blocks[i % len(blocks)] for i in order) for order in files]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(layout=layouts)
+def test_each_distinct_chunk_is_stored_once_and_every_file_comes_back(layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fragmentation guard may store a short repeat again on purpose; it is tested on its
+    # own below. Without it, a session stores every distinct chunk exactly once.
+    monkeypatch.setattr(upload, "FRAGMENTATION_ENTER", 0.0)
+    files = _files(layout)
+    distinct: dict[bytes, int] = {}
+    for data in files:
+        for chunk in _chunks(data):
+            distinct.setdefault(chunk_hash(chunk), len(chunk))
+    with tempfile.TemporaryDirectory() as root:
+        store = _RecordingStore(Path(root) / "store")
+        with Uploader(store) as up:
+            results = [up.add_bytes(data) for data in files]
+            up.finalize()
+        assert sorted(store.stored_chunks) == sorted(distinct)
+        assert sum(r.new_bytes for r in results) == sum(distinct.values())
+        for data, result in zip(files, results):
+            assert result.new_bytes + result.deduped_bytes == len(data)
+            terms = store.reconstruction(result.file_hex).terms
+            # Adjacent runs of one xorb are one term (the data here is far below a fetch range's
+            # 16 MiB, where the store would cut a term).
+            assert all(not (a.xorb == b.xorb and a.chunk_end == b.chunk_start) for a, b in pairwise(terms))
+            out = io.BytesIO()
+            download(store, result.file_hex, out)
+            assert out.getvalue() == data
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    layout=st.tuples(
+        st.lists(st.integers(1, 400 * KIB), min_size=1, max_size=4),
+        st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True).map(lambda order: [order]),
+        st.integers(0, 2**32),
+    )
+)
+def test_a_file_given_again_in_a_later_session_stores_nothing(layout) -> None:
+    """Through the shard cache, which indexes key chunks only: a file whose chunks occur once in
+    it (here: distinct blocks) is found whole from its first chunk. (A file that repeats itself
+    inside may store its repeats again in a later session: only runs reachable from a key chunk
+    or the last run are found, as with hf-xet.)"""
+    files = _files(layout)
+    with tempfile.TemporaryDirectory() as root:
+        store = _RecordingStore(Path(root) / "store")
+        cache = Path(root) / "cache"
+        with Uploader(store, ShardCache(cache, store.cache_key)) as up:
+            first = [up.add_bytes(data) for data in files]
+            up.finalize()
+        stored_before = len(store.stored_chunks)
+        with Uploader(store, ShardCache(cache, store.cache_key)) as up:
+            again = [up.add_bytes(data) for data in files]
+            up.finalize()
+        assert [r.file_hex for r in again] == [r.file_hex for r in first]
+        assert len(store.stored_chunks) == stored_before
+        assert all(r.new_bytes == 0 for r in again)
+
+
+def _average(recorded: list[int]) -> float:
+    window = recorded[-FRAGMENTATION_WINDOW:]
+    return sum(window) / len(window)
+
+
+@settings(max_examples=300)
+@given(recorded=st.lists(st.integers(1, 40), max_size=300), runs=st.lists(st.integers(1, 40), min_size=1, max_size=5))
+def test_the_fragmentation_guard_refuses_short_matches_only_while_terms_are_short(recorded: list[int], runs: list[int]) -> None:
+    """Its rule, restated: with no history every match is taken. Once the average of the last
+    FRAGMENTATION_WINDOW terms falls below FRAGMENTATION_ENTER chunks, matches shorter than
+    that average are refused, until the average is back at FRAGMENTATION_LEAVE or more
+    (between the two, the guard keeps its last state)."""
+    guard = upload._FragmentationGuard()
+    active = False
+    for term in recorded:
+        for run in runs:
+            if guard.recent:
+                average = _average(list(guard.recent))
+                if average < FRAGMENTATION_ENTER:
+                    active = True
+                elif average >= FRAGMENTATION_LEAVE:
+                    active = False
+            expected = not guard.recent or not active or run >= _average(list(guard.recent))
+            assert guard.accepts(run) == expected
+        guard.record(term)
