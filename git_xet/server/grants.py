@@ -15,9 +15,10 @@ before it is stored: nothing unverified is ever visible.
 With objects in a bucket (`--objects s3://...`) the grant is a presigned PUT straight to the
 bucket, into a staging key `uploads/{xorb}/{grant id}` that nothing reads; `If-None-Match: *`
 and the CRC-64/NVME are signed in, so the store itself refuses a body that does not match
-(400 BadDigest) and a second PUT (412). The commit reads the staged object, verifies it (hash,
-chunk layout) like any upload, stores it under its final key and indexes it, then deletes the
-staged copy: only a verified xorb is ever referenced. A grant whose PUT never comes, or whose
+(400 BadDigest) and a second PUT (412). The commit reads the staged object once, verifies it
+(hash, chunk layout) like any upload as it arrives, makes the stored object from it inside the
+bucket (a multipart copy plus the footer we rebuilt) and indexes it, then deletes the staged
+copy: only a verified xorb is ever referenced, and its bytes cross the server once. A grant whose PUT never comes, or whose
 commit never comes, leaves only a staged object, which nothing references.
 """
 
@@ -39,7 +40,11 @@ from starlette.responses import JSONResponse, Response
 
 from ..core.checksums import crc64nvme, crc64nvme_header
 from ..core.reconstruction import MAX_FETCH_RANGE_BYTES
+from ..core.xorb import MAX_XORB_BODY_BYTES, VerifiedXorb
+from ..core.xorb_stream import StreamingXorbVerifier
+from ..storage.cas_store import STAGED_UPLOADS
 from ..storage.errors import StorageError
+from ..storage.s3 import MIN_COPY_PART_BYTES
 from .errors import RequestRefused
 
 if TYPE_CHECKING:
@@ -50,7 +55,6 @@ log = logging.getLogger("git_xet.server")
 
 GRANT_TTL = 900  # seconds a grant's URL stays usable
 MAX_GRANT_REQUEST = 4096
-STAGING_PREFIX = "uploads/"
 # A staged upload older than this was never committed: its URL expired long ago and clients
 # commit right after their PUT (a later commit answers 404, and the client asks a new grant).
 ABANDONED_AFTER = 4 * GRANT_TTL
@@ -58,7 +62,7 @@ ABANDONED_AFTER = 4 * GRANT_TTL
 
 def staging_key(xorb: str, grant_id: str) -> str:
     """Where a grant's PUT lands in a bucket, before its commit verifies it."""
-    return f"{STAGING_PREFIX}{xorb}/{grant_id}"
+    return f"{STAGED_UPLOADS}{xorb}/{grant_id}"
 
 
 class Grants:
@@ -127,25 +131,44 @@ class Grants:
     def _commit_staged(self, xorb: str, grant_id: str) -> None:
         """Verify and store the xorb a grant's PUT staged in the bucket (if it did), then drop
         the staged copy. Nothing staged: nothing to do (the caller answers 404 unless the
-        xorb is stored already). A staged body that is not the xorb: 400, and it is deleted."""
+        xorb is stored already). A staged body that is not the xorb: 400, and it is deleted.
+
+        The staged object is read once, into a pooled receive buffer, and verified as its
+        bytes arrive. The stored object is then made inside the bucket: a multipart copy of
+        the staged object plus the footer we rebuilt, so the server never sends the xorb's
+        bytes back (a body too small for a copied part, or sent with a footer, is written
+        from the buffer as any upload is)."""
         bucket = self.app.object_bucket
         assert bucket is not None
         key = staging_key(xorb, grant_id)
+        buffers = self.app.receive_buffers
         size = bucket.size(key)
         if size is None:
             return
-        if size > MAX_FETCH_RANGE_BYTES:  # the PUT's length is not signed: bound what we read
+        if size > MAX_XORB_BODY_BYTES:  # the PUT's length is not signed: bound what we read
             bucket.delete(key)
             raise RequestRefused(400, f"the uploaded body is {size} bytes, more than a xorb can be")
+        buffer = buffers.take()
         try:
-            body = bucket.read(key)
-        except FileNotFoundError:
-            return
-        try:
-            self.app.store.put_xorb(xorb, body)
-        except StorageError:
-            bucket.delete(key)
-            raise
+            verifier = StreamingXorbVerifier(buffer)
+            try:
+                length = bucket.read_into(key, buffer, progress=verifier.advance)
+            except FileNotFoundError:
+                return
+
+            def create(final: str, verified: VerifiedXorb) -> bool:
+                footer = verified.footer().serialize()
+                if len(verified.body) == length >= MIN_COPY_PART_BYTES:
+                    return bucket.copy_new(key, final, footer)
+                return bucket.put_new(final, verified.body, footer)
+
+            try:
+                self.app.store.put_verified_xorb(xorb, lambda expected: verifier.finish(length, expected), create)
+            except StorageError:
+                bucket.delete(key)
+                raise
+        finally:
+            buffers.give_back(buffer)
         bucket.delete(key)
 
 
@@ -155,7 +178,7 @@ def collect_abandoned_uploads(bucket: S3ObjectStore, older_than: float = ABANDON
     every replica at once: deleting an absent object is not an error."""
     cutoff = (time.time() if now is None else now) - older_than
     removed = 0
-    for key, _size, modified in list(bucket.list_entries(STAGING_PREFIX)):
+    for key, _size, modified in list(bucket.list_entries(STAGED_UPLOADS)):
         if modified < cutoff:
             bucket.delete(key)
             removed += 1

@@ -2,8 +2,8 @@
 
 fsck: every indexed xorb is present, hashes to its name and matches its indexed layout; every
 registered shard is present and hashes to its id. Listed, not errors: orphans (objects nothing
-indexes: a writer died between object and index, or an upload grant's PUT was never committed)
-and unused xorbs (indexed, but no registered file uses them: pushes whose shard never came).
+indexes: a writer died between object and index; in a bucket, an upload grant's PUT staged
+under uploads/ whose commit never came) and unused xorbs (indexed, but no registered file uses them: pushes whose shard never came).
 
 gc: orphans and unused xorbs whose object was last written longer ago than a grace period are
 removed. The grace period covers uploads under way (xorbs go up before the shard that uses
@@ -24,7 +24,7 @@ from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import parse_shard
 from ..core.xorb import verify_xorb
-from .cas_store import CasStore
+from .cas_store import STAGED_UPLOADS, CasStore
 
 log = logging.getLogger("git_xet.storage")
 
@@ -52,6 +52,11 @@ def _xorb_name(key: str) -> str | None:
 def _shard_id(key: str) -> str | None:
     name = key.rsplit("/", 1)[-1]
     return name.removesuffix(".mdb") if key.startswith("shards/") and name.endswith(".mdb") else None
+
+
+def _staged(key: str) -> bool:
+    """A grant's staged upload (uploads/<xorb>/<grant id>), as only a bucket store has."""
+    return key.startswith(STAGED_UPLOADS) and key.count("/") == 2
 
 
 def _check_xorb(store: CasStore, xorb_hex: str) -> str | None:
@@ -121,6 +126,7 @@ def _orphans(store: CasStore, xorbs: set[str] | None = None, shards: frozenset[s
     for key, mtime in store.objects.list("shards/"):
         if _shard_id(key) not in shards:
             yield key, mtime
+    yield from store.objects.list(STAGED_UPLOADS)  # nothing references a staged upload
 
 
 def collect_garbage(store: CasStore, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False, now: float | None = None) -> list[str]:
@@ -130,12 +136,18 @@ def collect_garbage(store: CasStore, grace_seconds: float = DEFAULT_GRACE_SECOND
     A xorb is removed only atomically with the index's check that it is still unindexed (an
     orphan) or still unused. A shard file is removed if its shard is still unregistered when
     the xorbs are done (a shard registered in the moment between that check and the removal
-    loses only its audit copy: nothing is served from shard files). Files this store does not
-    write are left alone."""
+    loses only its audit copy: nothing is served from shard files). A staged grant upload is
+    removed outright: nothing references it, and a commit that comes after answers 404, on
+    which clients ask for a new grant. Files this store does not write are left alone."""
     cutoff = (time.time() if now is None else now) - grace_seconds
     xorb_objects = dict(store.objects.list("xorbs/"))
-    candidates = [(key, mtime) for key, mtime in _orphans(store) if mtime <= cutoff and (_xorb_name(key) or _shard_id(key))]
+    candidates = [(key, mtime) for key, mtime in _orphans(store) if mtime <= cutoff and (_xorb_name(key) or _shard_id(key) or _staged(key))]
     removed: list[str] = []
+    for key, _ in candidates:
+        if _staged(key):  # a commit still under way that loses it answers 404: the client asks a new grant
+            if not dry_run:
+                store.objects.delete(key)
+            removed.append(key)
     for key, _ in candidates:
         xorb_hex = _xorb_name(key)
         if xorb_hex is None:

@@ -4,6 +4,8 @@ Object keys (in an ObjectStore; by default files under the data directory)::
 
     xorbs/<2 hex>/<xorb hash>   stored xorbs, with their CasObjectInfo footer
     shards/<shard id>.mdb       every accepted shard (upload form), kept as the audit trail
+    uploads/<xorb>/<grant id>   in a bucket: an upload grant's PUT, staged until its commit
+                                verifies it and stores it as a xorb; nothing else reads it
 
 The index (index_base; SQLite in the data directory by default, or PostgreSQL) holds the xorb
 registry, file reconstructions, the dedup index over key chunks, and per repo: the files it
@@ -44,6 +46,8 @@ log = logging.getLogger("git_xet.storage")
 # and one 48-byte term can name up to 8192 chunks: without a bound a 64 MiB shard of repeated
 # terms asks for billions of them (hours, and more memory than the machine has).
 MAX_SHARD_CHUNK_REFERENCES = 1 << 23
+# Where upload grants' PUTs land in a bucket (see the layout above and server/grants.py).
+STAGED_UPLOADS = "uploads/"
 
 
 class CasStore:
@@ -85,10 +89,17 @@ class CasStore:
         """
         return self.put_verified_xorb(xorb_hex, lambda expected: verify_xorb(body, expected))
 
-    def put_verified_xorb(self, xorb_hex: str, verify: Callable[[bytes], VerifiedXorb]) -> bool:
+    def put_verified_xorb(
+        self, xorb_hex: str, verify: Callable[[bytes], VerifiedXorb], create: Callable[[str, VerifiedXorb], bool] | None = None
+    ) -> bool:
         """put_xorb for a body whose verification is `verify(expected hash)` (which raises
         FormatError when it fails), e.g. a StreamingXorbVerifier's finish: called only when
-        the xorb is not stored yet, so a repeated upload costs no verification."""
+        the xorb is not stored yet, so a repeated upload costs no verification.
+
+        `create(key, verified)` writes the object if it does not exist yet, True if it did (by
+        default objects.put_new of the body and its rebuilt footer); an upload grant's commit
+        passes one that copies the staged body inside the bucket instead. Either way the
+        object holds exactly the verified body and its footer."""
         key = self.xorb_key(xorb_hex)
         expected = hashes.hex_to_hash(xorb_hex)
         if self.xorb_layout(xorb_hex) is not None and self.objects.exists(key):
@@ -98,7 +109,10 @@ class CasStore:
         except FormatError as exc:
             raise Rejected(f"rejected xorb {xorb_hex}: {exc}") from None
         with self._full_disk_reported():
-            created = self.objects.put_new(key, verified.body, verified.footer().serialize())
+            if create is None:
+                created = self.objects.put_new(key, verified.body, verified.footer().serialize())
+            else:
+                created = create(key, verified)
             if created:
                 self._index_xorb(xorb_hex, verified)
             else:

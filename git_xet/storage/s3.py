@@ -13,14 +13,17 @@ bounded by the network and by our own hashing, not by the client, at the request
 
 `put_new` is a conditional PUT (`If-None-Match: *`): of racing writers exactly one gets True, the
 others 412. Every PUT carries the body's CRC-64/NVME, so the store refuses a body damaged in
-transit (400 BadDigest) instead of keeping it.
+transit (400 BadDigest) instead of keeping it. `copy_new` is the same first-writer-wins write
+done inside the store (a multipart upload whose first part is copied from another object and
+whose completion is conditional): an upload grant's staged xorb becomes a stored one without
+its bytes passing through the server a second time.
 """
 
 from __future__ import annotations
 
 import io
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +31,9 @@ from ..core.checksums import crc64nvme, crc64nvme_header, crc64nvme_reference
 from .errors import Unavailable
 
 CONFLICT_RETRIES = 5  # 409 ConditionalRequestConflict: another conditional write on the key is in flight
+# S3's smallest part but the last: copy_new's copied part must be at least this long.
+MIN_COPY_PART_BYTES = 5 * 1024 * 1024
+READ_STEP = 1024 * 1024  # bytes per readinto of read_into (and between its progress calls)
 
 
 class S3Error(Unavailable):
@@ -309,6 +315,78 @@ class S3ObjectStore:
             raise self._fail("read", full, exc) from None
         except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("read", full, exc) from None
+
+    def read_into(self, key: str, buffer: Any, progress: Callable[[int], None] | None = None) -> int:
+        """Read the whole object into the start of `buffer` (a writable buffer at least as
+        long as the object), calling `progress(bytes so far)` every READ_STEP bytes, so that a
+        caller can work on the first bytes while the rest arrive; returns the length.
+        FileNotFoundError when it does not exist; S3Error when it is longer than `buffer`."""
+        full = self.location.key(key)
+        view = memoryview(buffer).cast("B")
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=full)
+            length = int(response["ContentLength"])
+            if length > len(view):
+                response["Body"].close()
+                raise S3Error(f"{self.location.bucket}/{full} is {length} bytes, more than the {len(view)} expected")
+            body, done = response["Body"], 0
+            while done < length:
+                got = body.readinto(view[done : min(done + READ_STEP, length)])
+                if not got:
+                    raise S3Error(f"S3 sent {done} of the {length} bytes of {self.location.bucket}/{full}")
+                done += got
+                if progress is not None:
+                    progress(done)
+            return length
+        except S3Error:
+            raise
+        except self._ClientError as exc:
+            status, code = self._status(exc)
+            if status == 404 or code in ("NoSuchKey", "NotFound"):
+                raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
+            raise self._fail("read", full, exc) from None
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
+            raise self._fail("read", full, exc) from None
+
+    def copy_new(self, source_key: str, key: str, tail: bytes) -> bool:
+        """Create `key` as the object `source_key` followed by `tail`, inside the store, if
+        `key` does not exist yet: True if this call created it, False if it existed (or a
+        racing writer completed first: the completion is conditional, If-None-Match: *).
+        `source_key` must be at least MIN_COPY_PART_BYTES long (S3's rule for a part that is
+        not the last); an interrupted copy leaves no object, and its upload is aborted."""
+        full = self.location.key(key)
+        source = {"Bucket": self.bucket, "Key": self.location.key(source_key)}
+        try:
+            upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=full)["UploadId"]
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
+            raise self._fail("write", full, exc) from None
+        try:
+            copied = self.client.upload_part_copy(Bucket=self.bucket, Key=full, UploadId=upload, PartNumber=1, CopySource=source)
+            last = self.client.upload_part(
+                Bucket=self.bucket, Key=full, UploadId=upload, PartNumber=2, Body=tail, ChecksumCRC64NVME=_crc_header(tail)
+            )
+            parts = [{"PartNumber": 1, "ETag": copied["CopyPartResult"]["ETag"]}, {"PartNumber": 2, "ETag": last["ETag"]}]
+            self.client.complete_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload, MultipartUpload={"Parts": parts}, IfNoneMatch="*")
+            return True
+        except self._ClientError as exc:
+            self._abort(full, upload)
+            status, code = self._status(exc)
+            if status == 412 or code == "PreconditionFailed":
+                return False
+            if status == 404 or code in ("NoSuchKey", "NotFound"):
+                raise FileNotFoundError(f"{self.location}/{source_key} does not exist") from None
+            raise self._fail("write", full, exc) from None
+        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
+            self._abort(full, upload)
+            raise self._fail("write", full, exc) from None
+
+    def _abort(self, full: str, upload: str) -> None:
+        """Drop an unfinished multipart upload (its parts cost storage until then); a failure
+        here leaves it to the bucket's lifecycle rule for incomplete uploads."""
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload)
+        except Exception:  # noqa: BLE001 - best effort: the caller reports the original failure
+            pass
 
     def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
         full = self.location.key(key)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from git_xet.core.checksums import crc64nvme, crc64nvme_reference
 from git_xet.storage.objects import DirectoryObjectStore, ObjectStore
-from git_xet.storage.s3 import PartsBody, S3Config, S3Error, S3Location, S3ObjectStore, parse_s3_url
+from git_xet.storage.s3 import MIN_COPY_PART_BYTES, READ_STEP, PartsBody, S3Config, S3Error, S3Location, S3ObjectStore, parse_s3_url
 from tests.support.datagen import random_bytes
 from tests.support.seaweed import RunningS3
 
@@ -106,6 +106,36 @@ def test_read_tail(s3_store: S3ObjectStore, size: int) -> None:
         tail, total = s3_store.read_tail("tailed", length)
         assert total == size
         assert tail == body[-length:] if size else tail == b""
+
+
+def test_copy_new_appends_a_tail_inside_the_store_and_creates_once(s3_store: S3ObjectStore) -> None:
+    source = random_bytes(MIN_COPY_PART_BYTES + 12_345, 71)
+    s3_store.put("uploads/x/g", source)
+    assert s3_store.copy_new("uploads/x/g", "xorbs/x", b"first tail")
+    assert s3_store.read("xorbs/x") == source + b"first tail"
+    assert not s3_store.copy_new("uploads/x/g", "xorbs/x", b"second tail")  # exists: left as it was
+    assert s3_store.read("xorbs/x") == source + b"first tail"
+    with pytest.raises(FileNotFoundError):
+        s3_store.copy_new("uploads/none/g", "xorbs/y", b"tail")
+    assert not s3_store.exists("xorbs/y")
+    # Nothing half-done stays behind: the refused and failed copies aborted their uploads.
+    assert not s3_store.client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads")
+
+
+@pytest.mark.parametrize("size", [0, 1, READ_STEP - 1, READ_STEP, 3 * READ_STEP + 17])
+def test_read_into_fills_the_buffer_and_reports_progress(s3_store: S3ObjectStore, size: int) -> None:
+    body = random_bytes(size, size + 1)
+    s3_store.put("whole", body)
+    buffer = bytearray(size + 100)
+    seen: list[int] = []
+    assert s3_store.read_into("whole", buffer, progress=seen.append) == size
+    assert bytes(buffer[:size]) == body
+    assert seen == [min(step, size) for step in range(READ_STEP, size + READ_STEP, READ_STEP)] if size else seen == []
+    if size:
+        with pytest.raises(S3Error, match="more than"):
+            s3_store.read_into("whole", bytearray(size - 1))
+    with pytest.raises(FileNotFoundError):
+        s3_store.read_into("absent", buffer)
 
 
 def test_delete_and_list(s3_store: S3ObjectStore) -> None:

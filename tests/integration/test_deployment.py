@@ -17,20 +17,25 @@ import json
 import os
 import re
 import secrets
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from git_xet.client.http_backend import DIRECT_UPLOAD_BELOW, HttpCasBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
+from git_xet.core.checksums import crc64nvme_reference
+from git_xet.core.http_headers import bearer
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.pipelines.upload import Uploader
 from tests.support import hf_xet_oracle, hfjs_peer
 from tests.support.datagen import random_bytes
+from tests.support.objects import single_xorb
 from tests.support.deployment import Deployment, running_deployment
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.postgres_process import Postgres
@@ -206,8 +211,9 @@ def _admin(d: Deployment, command: str, *args: str) -> subprocess.CompletedProce
 
 
 def test_fsck_and_gc_on_the_bucket_and_postgres(tmp_path: Path, deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
-    """fsck reads the bucket's objects (a flipped byte is a problem), lists an object nothing
-    indexes as an orphan, and gc removes that orphan only once it is older than the grace period."""
+    """fsck reads the bucket's objects (a flipped byte is a problem), lists what nothing indexes
+    as orphans (a xorb whose push died; an upload grant's PUT never committed), and gc removes
+    them only once they are older than the grace period; a commit after that is a 404."""
     d = deployment
     objects = d.objects()
     monkeypatch.setenv("SSL_CERT_FILE", str(d.nginx.cert))
@@ -220,18 +226,37 @@ def test_fsck_and_gc_on_the_bucket_and_postgres(tmp_path: Path, deployment: Depl
     name = secrets.token_hex(32)
     orphan = f"xorbs/{name[:2]}/{name}"
     objects.put(orphan, b"written by a push that never registered its shard")
+    # A grant whose PUT came (through the bucket's front, as a client's does) but whose commit never did.
+    built, _ = single_xorb(random_bytes(2_000_000, 1332))
+    abandoned = hashes.hash_to_hex(built.xorb_hash)
+    auth = bearer(d.token("write"))
+    tls = ssl.create_default_context(cafile=str(d.nginx.cert))
+    checksum = {"algo": "crc64nvme", "value": str(crc64nvme_reference(bytes(built.body)))}
+    grant = httpx.post(f"{d.nginx.url}/v1/xorb-grants/default/{abandoned}", headers=auth, json={"length": len(built.body), "checksum": checksum}, verify=tls)
+    assert grant.status_code == 201, grant.text
+    assert httpx.put(grant.json()["url"], headers=grant.json()["headers"], content=bytes(built.body)).status_code == 200
+    (staged,) = [k for k, _ in objects.list("uploads/")]
     try:
         report = _fsck(d)
-        assert report.returncode == 0 and f"orphan: {orphan}" in report.stdout, report.stdout + report.stderr
-        assert "0 problems, 1 orphaned objects" in report.stdout, report.stdout
-        kept = _admin(d, "gc", "--grace", "3600")  # the orphan was written just now: kept
+        assert report.returncode == 0 and f"orphan: {orphan}" in report.stdout and f"orphan: {staged}" in report.stdout, report.stdout + report.stderr
+        assert "0 problems, 2 orphaned objects" in report.stdout, report.stdout
+        kept = _admin(d, "gc", "--grace", "3600")  # written just now: kept
         assert kept.returncode == 0 and "git-xet gc: 0 orphaned" in kept.stdout, kept.stdout + kept.stderr
-        assert objects.exists(orphan)
+        assert objects.exists(orphan) and objects.exists(staged)
         gone = _admin(d, "gc", "--grace", "0")
-        assert gone.returncode == 0 and f"removed: {orphan}" in gone.stdout and "git-xet gc: 1 orphaned" in gone.stdout, gone.stdout
-        assert not objects.exists(orphan) and objects.exists(xorb_key)
+        assert gone.returncode == 0 and f"removed: {orphan}" in gone.stdout and f"removed: {staged}" in gone.stdout, gone.stdout
+        assert "git-xet gc: 2 orphaned" in gone.stdout, gone.stdout
+        assert not objects.exists(orphan) and not objects.exists(staged) and objects.exists(xorb_key)
+        late = httpx.post(f"{d.nginx.url}/v1/xorb-commits/default/{abandoned}/grant/{grant.json()['id']}", headers=auth, verify=tls)
+        assert late.status_code == 404  # nothing visible: the client asks for a new grant
+        store = d.store()
+        try:
+            assert store.xorb_layout(abandoned) is None
+        finally:
+            store.close()
     finally:
         objects.delete(orphan)
+        objects.delete(staged)
 
     original = objects.read(xorb_key)
     flipped = bytearray(original)

@@ -9,6 +9,7 @@ import io
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -23,15 +24,18 @@ from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
 from git_xet.core.checksums import crc64nvme, crc64nvme_reference
+from git_xet.core.compression import CompressionScheme
 from git_xet.core.reconstruction import MAX_FETCH_RANGE_BYTES
+from git_xet.core.xorb import verify_xorb
 from git_xet.pipelines.download import download
+from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.pipelines.upload import Uploader
 from git_xet.server.grants import ABANDONED_AFTER, collect_abandoned_uploads
-from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
+from git_xet.storage.s3 import MIN_COPY_PART_BYTES, S3Config, S3Location, S3ObjectStore
 from git_xet.core.http_headers import bearer
 from tests.support import hf_xet_oracle, hfjs_peer
 from tests.support.datagen import random_bytes
-from tests.support.objects import single_xorb
+from tests.support.objects import encoded_xorb, single_xorb, whole_xorb_file_shard
 from tests.support.seaweed import RunningS3
 from tests.support.server_process import RunningServer, running_server
 
@@ -175,6 +179,56 @@ def test_bodies_that_do_not_match_are_refused_and_never_committed(tmp_path: Path
         assert list(_keys(bucket, "xorbs/")) == [f"xorbs/{xorb_hex[:2]}/{xorb_hex}"] and not _keys(bucket, "uploads/")
         again = httpx.post(f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth, json={"length": len(body), "checksum": {"algo": "crc64nvme", "value": "1"}})
         assert again.status_code == 200
+
+
+def test_a_commit_stores_the_xorb_inside_the_bucket_and_racing_commits_leave_one(tmp_path: Path, seaweed: RunningS3) -> None:
+    """A committed grant becomes the stored xorb (its body and the footer we rebuild) by a copy
+    inside the bucket, without the server sending the body again; two grants of one xorb with different encodings
+    committed at once leave one object, which the index describes."""
+    data = random_bytes(8_000_000, 41) + b"0123456789abcdef" * 250_000  # LZ4 shrinks only the second part
+    digest = hash_bytes(data, with_sha256=True)
+    bodies = [encoded_xorb(data, digest, scheme) for scheme in (CompressionScheme.NONE, CompressionScheme.LZ4)]
+    assert bodies[0] != bodies[1] and min(map(len, bodies)) >= MIN_COPY_PART_BYTES  # both take the copy path
+    xorb_hash = verify_xorb(bodies[0]).xorb_hash
+    xorb_hex = hashes.hash_to_hex(xorb_hash)
+    with s3_server(tmp_path, seaweed) as (server, bucket):
+        auth = bearer(server.token())
+
+        def staged(body: bytes) -> dict:
+            grant = {"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc64nvme_reference(body))}}
+            g = httpx.post(f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth, json=grant).json()
+            assert httpx.put(g["url"], headers=g["headers"], content=body).status_code == 200
+            return g
+
+        grants = [staged(body) for body in bodies]
+        assert len(_keys(bucket, "uploads/")) == 2
+        statuses: list[int] = []
+
+        def commit(g: dict) -> None:
+            statuses.append(httpx.post(f"{server.url}/v1/xorb-commits/default/{xorb_hex}/grant/{g['id']}", headers=auth, timeout=60).status_code)
+
+        threads = [threading.Thread(target=commit, args=(g,)) for g in grants]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=90)
+            assert not t.is_alive(), "a commit did not finish within 90 s"
+        assert statuses == [200, 200]
+        (key,) = _keys(bucket, "xorbs/")
+        # Made inside the bucket: a multipart upload of two parts (the copied body, the footer),
+        # which is not how the server PUTs what it sends itself.
+        etag = bucket.client.head_object(Bucket=bucket.bucket, Key=bucket.location.key(key))["ETag"]
+        assert etag.strip('"').endswith("-2"), etag
+        stored = bucket.read(key)
+        (winner,) = [body for body in bodies if stored.startswith(body)]
+        assert stored == winner + verify_xorb(winner).footer().serialize()  # what a POSTed upload stores
+        assert not _keys(bucket, "uploads/")
+        assert not bucket.client.list_multipart_uploads(Bucket=bucket.bucket).get("Uploads")  # the loser's copy aborted
+        backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY)
+        backend.upload_shard(whole_xorb_file_shard(digest, xorb_hash))
+        out = io.BytesIO()
+        download(backend, hashes.hash_to_hex(digest.file_hash), out, sha256_hex=hashlib.sha256(data).hexdigest())
+        assert out.getvalue() == data
 
 
 def test_post_xorbs_still_works_on_a_bucket(tmp_path: Path, seaweed: RunningS3) -> None:

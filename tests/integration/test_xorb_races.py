@@ -18,12 +18,12 @@ from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.local_backend import LocalStoreBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
-from git_xet.core.compression import CompressionScheme, compress
-from git_xet.core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
-from git_xet.core.xorb import pack_chunk_header, parse_xorb, verify_xorb
+from git_xet.core.compression import CompressionScheme
+from git_xet.core.xorb import parse_xorb, verify_xorb
 from git_xet.pipelines.download import download
 from git_xet.pipelines.file_hashing import FileDigest, hash_bytes
 from tests.support import hf_xet_oracle
+from tests.support.objects import encoded_xorb, whole_xorb_file_shard
 from tests.support.server_process import running_server
 
 RACES = 12  # distinct xorbs per run, each raced by two encodings
@@ -36,27 +36,8 @@ def _data(seed: int) -> bytes:
     return b"".join(rng.choices(lines, k=40_000))
 
 
-def _encode(data: bytes, digest: FileDigest, scheme: CompressionScheme) -> bytes:
-    """The xorb of all of data's chunks, every chunk in one scheme."""
-    out, pos = bytearray(), 0
-    for size in digest.chunk_sizes:
-        chunk = data[pos : pos + size]
-        payload = chunk if scheme is CompressionScheme.NONE else compress(chunk, scheme)
-        out += pack_chunk_header(len(payload), scheme, size) + payload
-        pos += size
-    return bytes(out)
-
-
 def _without_footer(stored: bytes) -> bytes:
     return stored[: parse_xorb(stored).body_length]
-
-
-def _file_shard(digest: FileDigest, xorb_hash: bytes) -> bytes:
-    """One file made of every chunk of the xorb, as an upload-form shard."""
-    n = len(digest.chunk_hashes)
-    term = FileTerm(xorb_hash, digest.size, 0, n)
-    info = FileInfo(digest.file_hash, (term,), (hashes.verification_hash(digest.chunk_hashes),), digest.sha256)
-    return serialize_shard(Shard((info,), (CasInfo.from_chunks(xorb_hash, digest.chunk_hashes, digest.chunk_sizes),)), with_footer=False)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +55,7 @@ def races(tmp_path_factory: pytest.TempPathFactory):
     for i, (data, store) in enumerate(zip(datas, theirs)):
         digest = hash_bytes(data, with_sha256=True)
         (hf_hash, hf_xorb), = store.xorbs.items()
-        encodings = {s.name: _encode(data, digest, s) for s in schemes} | {"hf-xet": _without_footer(hf_xorb)}
+        encodings = {s.name: encoded_xorb(data, digest, s) for s in schemes} | {"hf-xet": _without_footer(hf_xorb)}
         xorb_hash = verify_xorb(encodings["NONE"]).xorb_hash
         assert hashes.hash_to_hex(xorb_hash) == hf_hash  # one xorb, whoever encodes it
         assert len(set(encodings.values())) == 4  # four different bodies
@@ -85,7 +66,7 @@ def races(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _read_back(backend, data: bytes, digest: FileDigest, xorb_hash: bytes) -> None:
-    backend.upload_shard(_file_shard(digest, xorb_hash))
+    backend.upload_shard(whole_xorb_file_shard(digest, xorb_hash))
     out = io.BytesIO()
     download(backend, hashes.hash_to_hex(digest.file_hash), out, sha256_hex=hashlib.sha256(data).hexdigest())
     assert out.getvalue() == data

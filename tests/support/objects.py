@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from git_xet.core import xorb
+from git_xet.core import hashes, xorb
+from git_xet.core.compression import CompressionScheme, compress
+from git_xet.core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from git_xet.pipelines.file_hashing import FileDigest, hash_bytes
 
 
@@ -15,3 +17,28 @@ def single_xorb(data: bytes) -> tuple[xorb.VerifiedXorb, FileDigest]:
         builder.add(data[pos : pos + size], chunk_digest)
         pos += size
     return builder.build(), digest
+
+
+def encoded_xorb(data: bytes, digest: FileDigest, scheme: CompressionScheme) -> bytes:
+    """The footerless xorb of all of data's chunks, each in `scheme` where that shrinks it (raw
+    otherwise, as every client does): one xorb hash, a different body per scheme (as different
+    clients upload the same chunks)."""
+    out, pos = bytearray(), 0
+    for size in digest.chunk_sizes:
+        chunk = data[pos : pos + size]
+        payload = chunk if scheme is CompressionScheme.NONE else compress(chunk, scheme)
+        used = scheme if len(payload) < size else CompressionScheme.NONE
+        if used is CompressionScheme.NONE:
+            payload = chunk
+        out += xorb.pack_chunk_header(len(payload), used, size) + payload
+        pos += size
+    return bytes(out)
+
+
+def whole_xorb_file_shard(digest: FileDigest, xorb_hash: bytes) -> bytes:
+    """An upload-form shard registering one file made of every chunk of one xorb (digest
+    needs its sha256: hash_bytes(data, with_sha256=True))."""
+    n = len(digest.chunk_hashes)
+    term = FileTerm(xorb_hash, digest.size, 0, n)
+    info = FileInfo(digest.file_hash, (term,), (hashes.verification_hash(digest.chunk_hashes),), digest.sha256)
+    return serialize_shard(Shard((info,), (CasInfo.from_chunks(xorb_hash, digest.chunk_hashes, digest.chunk_sizes),)), with_footer=False)
