@@ -4,7 +4,7 @@ directory), and vs replicas keeping their objects in an S3 bucket (SeaweedFS) wi
 PostgreSQL, upload grants on (xorb bytes go straight to the bucket), same files, same run.
 
     python bench/scale_out.py [--big-mib 1024] [--small-files 1000] [--small-kib 64]
-                              [--modes sqlite,pg1,pg2,s3pg1,s3pg2] [--json OUT]
+                              [--modes sqlite,pg1,pg2,s3pg1,s3pg2] [--workloads big,small] [--json OUT]
 
 Per mode and workload (one big file; many small files) a fresh server set, a fresh HOME and
 caches: push, then clone (smudge downloads everything). Reports wall seconds, and CPU seconds
@@ -134,6 +134,7 @@ def main() -> int:
     parser.add_argument("--small-files", type=int, default=1000)
     parser.add_argument("--small-kib", type=int, default=64)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--workloads", default="big,small", help="which of big,small to run")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -146,10 +147,11 @@ def main() -> int:
         pg = stack.enter_context(running_postgres()) if any(MODES[m][0] for m in modes) else None
         s3 = stack.enter_context(running_seaweedfs(base / "seaweedfs")) if any(MODES[m][1] for m in modes) else None
         workloads = {"big": [base / "src-big" / "big.bin"], "small": [base / "src-small" / f"f{i:04d}.bin" for i in range(args.small_files)]}
-        for path in workloads["big"]:
+        workloads = {name: paths for name, paths in workloads.items() if name in args.workloads.split(",")}
+        for path in workloads.get("big", []):
             path.parent.mkdir(parents=True, exist_ok=True)
             write_random_file(path, args.big_mib * MIB, seed=1)
-        for i, path in enumerate(workloads["small"]):
+        for i, path in enumerate(workloads.get("small", [])):
             path.parent.mkdir(parents=True, exist_ok=True)
             write_random_file(path, args.small_kib * 1024, seed=100 + i)
         print(f"scale-out: push/clone through nginx (TLS); {machine()}")

@@ -25,7 +25,7 @@ from ..client.backend import XetBackend
 from ..client.errors import NotFoundError, TransferError
 from ..core.hashes import is_hash_hex
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, SESSION_ID, TOKEN_EXPIRATION, header_value
-from .endpoints import ConfigError, configured_endpoint, credential_headers, hub_repo, lfs_endpoint, origin, standalone_target
+from .endpoints import ConfigError, StandaloneTarget, configured_endpoint, credential_headers, hub_repo, lfs_endpoint, origin, standalone_target
 from .protocol import Transfer
 
 if TYPE_CHECKING:
@@ -40,6 +40,10 @@ log = logging.getLogger("git_xet.agent")
 # A file this machine pushed before dedups against the shard cache (no xorb is sent), and a
 # xorb the server holds is answered without a write.
 ASK_BEFORE_UPLOAD_FROM = 1 << 20
+# Downloads from a standalone server smaller than this come whole in one request, instead of
+# an oid lookup, a reconstruction and a xorb range: three round trips where git-lfs `basic`
+# makes one. Larger files go the XET way (parallel ranges, each chunk verified).
+WHOLE_DOWNLOAD_BELOW = 1 << 20
 
 # An oid's XET file hash in the chosen store; None: not there (for an upload: send it).
 Lookup = Callable[[str], "str | None"]
@@ -101,8 +105,30 @@ class StoreRouter:
         header_hash = header_value(req.action.get("header"), FILE_HASH)
         return backend, lambda oid: header_hash
 
+    def small_object(self, req: Transfer) -> bytes | None:
+        """A small download from a standalone `git xet serve`, whole, in one request (its
+        `/v1/lfs-objects/{oid}`), or None: another kind of store, a larger object, or a server
+        that does not answer it (then route() as usual). The caller checks the sha256."""
+        if req.operation != "download" or req.action is not None or req.size >= WHOLE_DOWNLOAD_BELOW or configured_endpoint() is None:
+            return None
+        target = standalone_target()
+        if target.kind != "http":
+            return None
+        from ..client.http_backend import HttpCasBackend
+
+        backend = self._standalone_backend(target)
+        assert isinstance(backend, HttpCasBackend)
+        return backend.lfs_object(req.oid, req.size)
+
     def _standalone(self, req: Transfer) -> tuple[XetBackend, Lookup]:
         target = standalone_target()
+        backend = self._standalone_backend(target)
+        if target.kind == "http" and req.operation == "upload" and req.size < ASK_BEFORE_UPLOAD_FROM:
+            return backend, lambda oid: None
+        found, size = backend, req.size
+        return backend, lambda oid: found.file_for_sha256(oid, size)
+
+    def _standalone_backend(self, target: StandaloneTarget) -> XetBackend:
         key = f"{target.kind}:{target.location}"
         backend = self._backends.get(key)
         if backend is None:
@@ -116,10 +142,7 @@ class StoreRouter:
 
                 backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http())
             self._backends[key] = backend
-        if target.kind == "http" and req.operation == "upload" and req.size < ASK_BEFORE_UPLOAD_FROM:
-            return backend, lambda oid: None
-        found, size = backend, req.size
-        return backend, lambda oid: found.file_for_sha256(oid, size)
+        return backend
 
     def _negotiated(self, action: dict[str, Any]) -> XetBackend:
         headers = action.get("header")

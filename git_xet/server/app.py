@@ -4,6 +4,8 @@ Routes (each also under /api/v1 as the draft spells them where it names one):
     GET  /health
     GET  /v1/reconstructions/{file}, /v2/reconstructions/{file}     (read)
     GET  /v1/xorb-data/{xorb}?r=a-b&exp=..&sig=..                   (signed URL, no token)
+    GET  /v1/lfs-objects/{oid}                                       (read) a repo's LFS object, whole
+                                                                     (ours: our agent's small downloads)
     POST /v1/xorbs/{prefix}/{xorb}                                   (write)
     POST /v1/xorb-grants/{prefix}/{xorb}, PUT /v1/xorb-uploads/{xorb}?<signed>,
     POST /v1/xorb-commits/{prefix}/{xorb}/grant/{id}                 upload grants (see grants.py)
@@ -33,6 +35,7 @@ from starlette.routing import Route
 
 from ..core import hashes
 from ..core.errors import FormatError
+from ..core.http_headers import FILE_HASH
 from ..core.shard import ShardFooter, parse_shard, serialize_shard
 from ..storage.cas_store import CasStore, StoredFile
 from ..storage.index_base import open_index
@@ -189,6 +192,26 @@ class CasApp:
             yield piece
             pos += len(piece)
 
+    async def lfs_object(self, request: Request) -> Response:
+        """A Git LFS object of the caller's repo, whole, by its oid (sha256): one round trip
+        where our agent would otherwise make three for a small file (oid -> file hash, the
+        reconstruction, the xorb range). Served as the bridge serves `basic` downloads: each
+        chunk checked against its stored hash as it is read, paced, any size; the agent asks
+        only for small files and checks the sha256 itself."""
+        claims = await self.authorize(request, "read")
+        oid = request.path_params["oid"].lower()
+        if not hashes.is_hash_hex(oid):
+            raise RequestRefused(400, "an LFS oid is 64 hex digits (the object's sha256)")
+        stored = await run_in_threadpool(self.store.file_by_sha256, oid, claims.repo)
+        if stored is None:
+            raise RequestRefused(404, f"object {oid} not found")
+        return PacedStreamingResponse(
+            self.store.iter_file_bytes(stored),
+            self.config.idle_timeout,
+            media_type="application/octet-stream",
+            headers={"Content-Length": str(stored.size), FILE_HASH: stored.file_hex, "Cache-Control": "private, no-store"},
+        )
+
     async def xorb_data(self, request: Request) -> Response:
         """A signed xorb URL: a capability issued by a reconstruction its repo was allowed to make."""
         xorb = _hash_param(request, "xorb")
@@ -339,6 +362,7 @@ def _routes(app: CasApp) -> list[Route]:
     routes += [
         Route("/v2/reconstructions/{file}", app.reconstruction),
         Route("/v1/xorb-data/{xorb}", app.xorb_data),
+        Route("/v1/lfs-objects/{oid}", app.lfs_object),
         Route("/v1/xorb-grants/{prefix}/{xorb}", grants.grant, methods=["POST"]),
         Route("/v1/xorb-uploads/{xorb}", grants.put, methods=["PUT"]),
         Route("/v1/xorb-commits/{prefix}/{xorb}/grant/{grant}", grants.commit, methods=["POST"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,11 @@ def test_install_is_idempotent_and_uninstall_cleans_up(tmp_path: Path, scope: st
 # ---------------------------------------------------------------- through `git xet serve`
 
 
+def _requests(srv: RunningServer) -> list[dict]:
+    """The server's access log: one dict per request (method, path, status, bytes)."""
+    return [json.loads(line.split(" ", 3)[-1]) for line in srv.log().splitlines() if '"path": ' in line]
+
+
 def _server_bytes(srv: RunningServer) -> int:
     return _stored_bytes(srv.data_dir)
 
@@ -128,9 +134,17 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
         g.git("push", "origin", "main", cwd=work)
         assert _server_bytes(srv) - before < 0.05 * len(v2)
 
+        requests_before = len(_requests(srv))
         g.git("clone", "remote.git", "clone2")
         assert (g.root / "clone2" / "weights.bin").read_bytes() == bytes(v2)
+        assert (g.root / "clone2" / "small.bin").read_bytes() == files["small.bin"]
         assert "Git LFS fsck OK" in g.git("lfs", "fsck", cwd=g.root / "clone2").stdout
+        # The small file came whole in one request; the large one the XET way (lookup, plan, ranges).
+        small_oid = hashlib.sha256(files["small.bin"]).hexdigest()
+        paths = [r["path"] for r in _requests(srv)[requests_before:]]
+        assert paths.count(f"/v1/lfs-objects/{small_oid}") == 1, paths
+        assert sum(p.startswith("/v1/lfs-objects/") for p in paths) == 1, paths
+        assert sum("/reconstructions/" in p for p in paths) == 1, paths
 
         # Worktrees: objects fetched from a linked worktree land in the common git dir.
         g.env["GIT_LFS_SKIP_SMUDGE"] = "1"
