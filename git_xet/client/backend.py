@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..core.reconstruction import FetchRange, Reconstruction
@@ -19,6 +20,11 @@ class XetBackend(Protocol):
     def upload_shard(self, body: bytes) -> bool:
         """Register the files of an upload-form shard; True if new. All xorbs must be stored."""
 
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+        """Store these (small) xorbs, then register the shard: upload_xorb for each, then
+        upload_shard, in one exchange where the store allows (upload_in_order otherwise);
+        the shard's result."""
+
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         """Global dedup: a shard of xorbs holding this chunk (maybe HMAC-keyed), or None."""
 
@@ -35,3 +41,10 @@ class XetBackend(Protocol):
 
         A memoryview may be a pooled window (memory.xorb_range_windows) that the caller gives
         back once nothing looks into it any more."""
+
+
+def upload_in_order(backend: XetBackend, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+    """upload_xorbs_with_shard as separate calls: every xorb, then the shard."""
+    for xorb_hex, body in xorbs:
+        backend.upload_xorb(xorb_hex, body)
+    return backend.upload_shard(shard)

@@ -28,7 +28,7 @@ import json
 import logging
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -41,6 +41,7 @@ from ..fsutil import atomic_write
 from ..storage.cas_store import CasStore
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import S3Error, S3ObjectStore
+from .backend import upload_in_order
 from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, RejectedError, StoreDamagedError, TransferError, from_storage_error
 
 log = logging.getLogger("git_xet.bucket")
@@ -138,6 +139,9 @@ class BucketBackend:
         except FormatError as exc:
             raise RejectedError(f"refusing to store xorb {xorb_hex}: {exc}") from None
         return self._call(self.objects.put_new, key, verified.body, verified.footer().serialize())
+
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+        return upload_in_order(self, xorbs, shard)
 
     def upload_shard(self, body: bytes) -> bool:
         """Store the shard after checking its xorbs are in the bucket, then the names that

@@ -7,7 +7,7 @@ import logging
 import os
 import ssl
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -15,11 +15,13 @@ import httpx
 from .. import __version__
 from ..core.checksums import crc64nvme
 from ..core.errors import FormatError
-from ..core.hashes import hash_to_hex
+from ..core.hashes import hash_to_hex, hex_to_hash
 from ..core.http_headers import SESSION_ID, bearer
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard, parse_shard
+from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from ..memory import xorb_range_windows
+from .backend import upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
 from .http_errors import status_error
 from .lfs_batch import batch_one
@@ -170,7 +172,10 @@ class HttpCasBackend:
         session_id: str | None = None,
         policy: RetryPolicy | None = None,
         http: httpx.Client | None = None,
+        bundles: bool = False,
     ) -> None:
+        """`bundles`: the server is a `git xet serve` (standalone mode), so a shard and its
+        small xorbs may go in one request (core/upload_bundle.py); never sent otherwise."""
         self.endpoint = endpoint.rstrip("/")
         self.tokens = tokens or StaticToken(None)
         self.session_id = session_id or str(uuid.uuid4())
@@ -178,6 +183,7 @@ class HttpCasBackend:
         self._owns_http = http is None  # a client passed in is its owner's to close
         self.http = http or make_http_client()
         self._grants_offered = True  # until the server answers a grant request with 404
+        self._bundles = bundles  # until the server answers a bundle with 404 (an older server)
 
     def close(self) -> None:
         """Close the connection pool, unless it was passed in (then its owner closes it)."""
@@ -310,6 +316,23 @@ class HttpCasBackend:
             except (ValueError, KeyError, TypeError):
                 raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
         return self._read_shard_frames(resp.text)
+
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+        """One `POST /v1/xorbs-and-shard` where this backend may send bundles and they fit
+        one (small xorbs, each posted directly anyway), else the usual requests in order."""
+        fits = 0 < len(xorbs) <= MAX_BUNDLE_XORBS and all(len(body) < DIRECT_UPLOAD_BELOW for _, body in xorbs)
+        if not (self._bundles and fits):
+            return upload_in_order(self, xorbs, shard)
+        body = pack_bundle([(hex_to_hash(xorb_hex), xorb) for xorb_hex, xorb in xorbs], shard)
+        resp = self._request("upload of a shard and its xorbs", "POST", "/v1/xorbs-and-shard", body=body, ok=(200, 404))
+        if resp.status_code == 404:
+            log.info("the server takes no upload bundles; sending xorbs and shards separately")
+            self._bundles = False
+            return upload_in_order(self, xorbs, shard)
+        try:
+            return int(resp.json()["result"]) == 1
+        except (ValueError, KeyError, TypeError):
+            raise TransferError("the server answered an upload bundle with something unexpected", retryable=True) from None
 
     @staticmethod
     def _read_shard_frames(text: str) -> bool:

@@ -4,6 +4,7 @@ can later be served as is."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.reconstruction import FetchRange, Reconstruction
@@ -11,6 +12,7 @@ from ..core.shard import Shard
 from ..storage.cas_store import CasStore
 from ..storage.errors import StorageError
 from ..storage.planning import plan_reconstruction
+from .backend import upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, StoreDamagedError, TransferError, from_storage_error
 
 
@@ -41,6 +43,9 @@ class LocalStoreBackend:
             return self.store.register_shard(body)
         except StorageError as exc:
             raise from_storage_error(exc, str(self.root)) from None
+
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+        return upload_in_order(self, xorbs, shard)
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         return self.store.dedup_shard(chunk_hash)

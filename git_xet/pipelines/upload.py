@@ -32,6 +32,10 @@ from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 
 log = logging.getLogger("git_xet.upload")
 
+# The last xorb of a finalize goes with the shard (XetBackend.upload_xorbs_with_shard) when
+# smaller than this: for a small file, one request where the store allows, not two. Larger
+# xorbs upload in the background as they fill.
+WITH_SHARD_BELOW = 1 << 20
 GLOBAL_DEDUP_SPACING = 256  # chunks between two global dedup queries of one file
 # Files smaller than this never ask the server's global dedup: the round trip (one per file
 # of a push of many small files) costs more than the few bytes a match could save.
@@ -192,6 +196,7 @@ class Uploader:
         self._buffers = _XorbBuffers(self.xorb_buffers)
         self._slot: _XorbSlot | None = None  # opened on the first new chunk
         self._closed: list[_XorbSlot] = []
+        self._deferred: list[tuple[VerifiedXorb, mmap.mmap]] = []  # small last xorbs, sent with the shard
         self._uploads: list[Future[None]] = []
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel_xorbs, thread_name_prefix="git-xet-xorb-upload")
         self._pending: list[_PendingFile] = []
@@ -390,7 +395,9 @@ class Uploader:
             busy[0].result()  # an upload failure surfaces here, not in a silent wait
         return _XorbSlot(buffer)
 
-    def _close_slot(self) -> None:
+    def _close_slot(self, last: bool = False) -> None:
+        """Close the open xorb and start its upload; the `last` of a finalize, when small, is
+        kept to go with the shard instead (see _commit)."""
         slot, self._slot = self._slot, None
         if slot is None:
             return
@@ -398,6 +405,9 @@ class Uploader:
         del slot.builder  # its chunk lists; the body stays in the buffer until uploaded
         slot.cas = _cas_info(built)
         self._closed.append(slot)
+        if last and len(built.body) < WITH_SHARD_BELOW:
+            self._deferred.append((built, slot.buffer))
+            return
         self._uploads.append(self._pool.submit(self._upload_xorb, built, slot.cas, slot.buffer))
 
     def _upload_xorb(self, built: VerifiedXorb, cas: CasInfo, buffer: mmap.mmap) -> None:
@@ -444,7 +454,7 @@ class Uploader:
 
     def _drain(self) -> tuple[list[_XorbSlot], list[_PendingFile]]:
         """Close the open xorb, wait for every xorb upload; the closed xorbs and pending files."""
-        self._close_slot()
+        self._close_slot(last=True)
         uploads, self._uploads = self._uploads, []
         for future in uploads:
             future.result()
@@ -492,7 +502,19 @@ class Uploader:
         """Upload one shard describing the pending files and the closed xorbs; record it."""
         files = tuple(_file_info(p) for p in pending)
         shard = Shard(files, tuple(slot.closed_cas for slot in closed))
-        self.backend.upload_shard(serialize_shard(shard, with_footer=False))
+        deferred, self._deferred = self._deferred, []
+        sent_with_shard = sum(len(built.body) for built, _ in deferred)
+        try:
+            with_shard = [(hash_to_hex(built.xorb_hash), built.body) for built, _ in deferred]
+            self.backend.upload_xorbs_with_shard(with_shard, serialize_shard(shard, with_footer=False))
+        finally:
+            for built, buffer in deferred:
+                if isinstance(built.body, memoryview):
+                    built.body.release()
+                self._buffers.give_back(buffer)
+        with self._lock:  # bytes sent with the shard (counted whether or not the store had them)
+            self.stats.xorbs_uploaded += len(deferred)
+            self.stats.xorb_bytes_sent += sent_with_shard
         self.stats.shards_uploaded += 1
         # Chunks of this session's closed xorbs now live in the index (the cache, if any).
         self._index.add(shard)

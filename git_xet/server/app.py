@@ -10,6 +10,8 @@ Routes (each also under /api/v1 as the draft spells them where it names one):
     POST /v1/xorb-grants/{prefix}/{xorb}, PUT /v1/xorb-uploads/{xorb}?<signed>,
     POST /v1/xorb-commits/{prefix}/{xorb}/grant/{id}                 upload grants (see grants.py)
     POST /v1/shards  -> {"result": 0|1};  POST /v2/shards -> NDJSON  (write)
+    POST /v1/xorbs-and-shard -> {"result": 0|1}                      (write) ours: a shard and its small
+                                                                     xorbs in one body (core/upload_bundle.py)
     GET  /v1/chunks/{prefix}/{chunk}                                 (read) global dedup shard
     POST /v1/telemetry                                               accepted and ignored
 """
@@ -37,6 +39,7 @@ from ..core import hashes
 from ..core.errors import FormatError
 from ..core.http_headers import FILE_HASH
 from ..core.shard import ShardFooter, parse_shard, serialize_shard
+from ..core.upload_bundle import parse_bundle
 from ..storage.cas_store import CasStore, StoredFile
 from ..storage.index_base import open_index
 from ..storage.planning import plan_reconstruction
@@ -54,6 +57,9 @@ log = logging.getLogger("git_xet.server")
 DEDUP_KEY_PERIOD = 24 * 3600
 DEDUP_SHARD_LIFETIME = 7 * 24 * 3600
 MAX_SHARD_BODY = 64 * 1024 * 1024
+# An upload bundle carries at most MAX_BUNDLE_XORBS xorbs that our client posts directly
+# (under 1 MiB each) and the shard of a few small files.
+MAX_BUNDLE_BODY = 32 * 1024 * 1024
 
 
 # Shard validations (sha256 of whole files) running at once; the others wait their turn.
@@ -260,6 +266,23 @@ class CasApp:
             inserted = await run_in_threadpool(self._register, body, claims.repo)
         return JSONResponse({"result": 1 if inserted else 0})
 
+    async def upload_bundle(self, request: Request) -> Response:
+        """A shard and its small xorbs in one body (core/upload_bundle.py, our agent's small
+        files): each xorb stored, verified, as POST /v1/xorbs does, then the shard registered
+        as POST /v1/shards does; what was stored before a refusal stays, as with two requests."""
+        claims = await self.authorize(request, "write")
+        body = await self.read_body(request, MAX_BUNDLE_BODY)
+        try:
+            xorbs, shard = parse_bundle(body)
+        except FormatError as exc:
+            raise RequestRefused(400, f"invalid upload bundle: {exc}") from None
+        for xorb_hash, xorb in xorbs:
+            await run_in_threadpool(self.store.put_xorb, hashes.hash_to_hex(xorb_hash), xorb)
+        shard_body = bytes(shard)
+        async with self.validation_turn(shard_body):
+            inserted = await run_in_threadpool(self._register, shard_body, claims.repo)
+        return JSONResponse({"result": 1 if inserted else 0})
+
     async def upload_shard_v2(self, request: Request) -> Response:
         """NDJSON frames: `validating` while the sha256 of the shard's files is computed from the
         stored bytes (the long part), then `committing` and the `result` or an `error`."""
@@ -367,6 +390,7 @@ def _routes(app: CasApp) -> list[Route]:
         Route("/v1/xorb-uploads/{xorb}", grants.put, methods=["PUT"]),
         Route("/v1/xorb-commits/{prefix}/{xorb}/grant/{grant}", grants.commit, methods=["POST"]),
         Route("/v2/shards", app.upload_shard_v2, methods=["POST"]),
+        Route("/v1/xorbs-and-shard", app.upload_bundle, methods=["POST"]),
         Route("/v1/telemetry", app.telemetry, methods=["POST"]),
     ]
     return routes

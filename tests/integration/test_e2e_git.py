@@ -120,6 +120,9 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
         files = {"weights.bin": random_bytes(12_000_000, 5), "small.bin": b"s" * 5000}
         work = _push_first_commit(g, files)
         port = int(srv.url.rsplit(":", 1)[1])
+        # The small file's xorb went with its shard, in one request; the large one's on its own.
+        pushed = [r["path"] for r in _requests(srv)]
+        assert pushed.count("/v1/xorbs-and-shard") == 1 and pushed.count("/v2/shards") == 1, pushed
 
         # Re-offering everything sends nothing new.
         before = _server_bytes(srv)
