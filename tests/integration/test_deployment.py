@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from git_xet.agent.routing import WHOLE_DOWNLOAD_BELOW
 from git_xet.client.http_backend import DIRECT_UPLOAD_BELOW, HttpCasBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.core import hashes
@@ -138,12 +139,53 @@ def test_git_push_and_fresh_clone_through_tls_two_replicas_s3_and_postgres(tmp_p
     lfs_fsck = cloner.git("lfs", "fsck", cwd=cloner.root / "clone")
     assert "Git LFS fsck OK" in lfs_fsck.stdout, lfs_fsck.stdout
     gets = [r for r in _object_requests(d, log_start) if r[0] == "GET"]
-    assert gets and all(f"/{d.bucket}/cas/xorbs/" in r[1] and "X-Amz-Signature=" in r[1] for r in gets), gets
+    assert gets and all(f"/{d.bucket}/cas/xorbs/" in r[1] for r in gets), gets
     assert all(r[2] == 206 and re.fullmatch(r"bytes=\d+-\d+", r[3]) for r in gets), gets
+    # The clone's own GETs are presigned; a replica reads (with its credentials) only what it
+    # hands over whole: files under WHOLE_DOWNLOAD_BELOW, in one request each.
+    presigned = [r for r in gets if "X-Amz-Signature=" in r[1]]
+    assert sum(r[4] for r in presigned) >= sum(len(v) for v in files.values() if len(v) >= WHOLE_DOWNLOAD_BELOW) * 0.95
     assert sum(r[4] for r in gets) >= total * 0.95  # every byte came from the bucket
+    assert sum(r[4] for r in gets if r not in presigned) < sum(len(v) for v in files.values() if len(v) < WHOLE_DOWNLOAD_BELOW) + 4096
     clone_tls = d.nginx.access_log().splitlines()[tls_start:]
     assert any("/v2/reconstructions/" in line or "/v1/reconstructions/" in line for line in clone_tls)
     assert not any("/v1/xorb-data" in line for line in clone_tls)
+
+
+@pytest.mark.parametrize("mode", ["negotiated", "native"])
+def test_hub_style_modes_through_tls_two_replicas_s3_and_postgres(tmp_path: Path, deployment: Deployment, mode: str) -> None:
+    """The other two ways our agent meets a server, through the same deployment: git-lfs's
+    own batch call negotiating XET with the replicas' Hub-style LFS API (`git xet install`),
+    and our agent making the batch calls itself (`--native`). Uploads go through grants
+    straight to the bucket, downloads are XET reconstructions from it; the user's token never
+    reaches a log."""
+    d = deployment
+    repo = f"acme/{mode}"
+    user_token = d.token("write", repo=repo)
+    g = make_git_env(tmp_path)
+    g.env.update(SSL_CERT_FILE=str(d.nginx.cert), GIT_XET_RETRY_BASE_DELAY="0.5")
+    # git-lfs makes the batch calls here: git-lfs 3.3 takes a private CA from GIT_SSL_CAINFO
+    # (it refused this one with http.sslCAInfo or SSL_CERT_FILE alone).
+    g.env["GIT_SSL_CAINFO"] = str(d.nginx.cert)
+    g.git_xet("install", *(["--native", d.nginx.url] if mode == "native" else []))
+    g.git("config", "--global", "http.sslCAInfo", str(d.nginx.cert))
+    g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+    g.git("config", "--global", "lfs.url", f"{d.nginx.url}/{repo}.git/info/lfs")
+    files = {"model.bin": random_bytes(6_000_000, 1341 + len(mode)), "notes.bin": random_bytes(30_000, 1343 + len(mode))}
+    tls_start = len(d.nginx.access_log().splitlines())
+    work = g.lfs_work_tree(files)
+    g.git("push", "-q", "origin", "main", cwd=work)
+    pushed = "\n".join(d.nginx.access_log().splitlines()[tls_start:])
+    assert f"/{repo}.git/info/lfs/objects/batch" in pushed
+    assert "/v1/xorb-grants/" in pushed and "/v1/xorb-commits/" in pushed
+    tls_start = len(d.nginx.access_log().splitlines())
+    g.git("clone", "-q", "remote.git", "clone")
+    for name, data in files.items():
+        assert (g.root / "clone" / name).read_bytes() == data, name
+    cloned = "\n".join(d.nginx.access_log().splitlines()[tls_start:])
+    assert "/v2/reconstructions/" in cloned and "/xet-bridge-us/" not in cloned
+    logs = d.nginx.access_log() + "".join(r.log() for r in d.replicas) + g.agent_log()
+    assert user_token not in logs
 
 
 def test_hf_xet_uploads_and_downloads_through_tls_to_the_replicas(

@@ -53,10 +53,10 @@ class Deployment:
         data = self.replicas[0].data_dir
         return CasStore(data, objects=self.objects(), private=True, index=PostgresIndex(self.index_url))
 
-    def token(self, scope: str = "write") -> str:
-        """A user token signed with the deployment's secret (every replica accepts it)."""
+    def token(self, scope: str = "write", repo: str = "default") -> str:
+        """A user token for `repo`, signed with the deployment's secret (every replica accepts it)."""
         out = subprocess.run(
-            [sys.executable, "-m", "git_xet", "token", "--data", str(self.replicas[0].data_dir), "--scope", scope, "--ttl", "3600"],
+            [sys.executable, "-m", "git_xet", "token", "--data", str(self.replicas[0].data_dir), "--scope", scope, "--ttl", "3600", "--repo", repo],
             capture_output=True, text=True, check=True, timeout=60, env={**os.environ, **self.env},
         )  # fmt: skip
         return out.stdout.strip()
