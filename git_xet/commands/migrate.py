@@ -38,6 +38,22 @@ class MigrationError(XetError):
     """The migration cannot go on; the message says why and what to do."""
 
 
+def _shards_in_index(source: Path) -> Iterator[bytes]:
+    """The shards the source's index keeps in their rows (small ones; see CasStore)."""
+    from ..storage.index_sqlite import SqliteIndex
+
+    if not (source / "index.sqlite").is_file():
+        return
+    index = SqliteIndex(source / "index.sqlite")
+    try:
+        for shard_id in sorted(index.shard_ids()):
+            body = index.shard_body(shard_id)
+            if body is not None:
+                yield body
+    finally:
+        index.close()
+
+
 def _objects_under(root: Path, prefix: str) -> Iterator[tuple[str, Path]]:
     """(key, path) of every stored object under root/prefix; temp files of writers are skipped."""
     base = root / prefix
@@ -82,6 +98,9 @@ def migrate(source: Path, target: str, *, standalone: bool = False, progress: Ca
             backend = BucketBackend(bucket)
             for _key, path in _objects_under(source, "shards"):
                 backend.upload_shard(path.read_bytes())
+                result.shards_registered += 1
+            for body in _shards_in_index(source):
+                backend.upload_shard(body)
                 result.shards_registered += 1
             progress(f"shards: {result.shards_registered} registered")
     except (S3Error, TransferError) as exc:

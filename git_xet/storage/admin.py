@@ -1,7 +1,7 @@
 """Operator checks and cleanup over a store's objects and index: fsck and garbage collection.
 
 fsck: every indexed xorb is present, hashes to its name and matches its indexed layout; every
-registered shard is present and hashes to its id. Listed, not errors: orphans (objects nothing
+registered shard is present (in the object store, or in its index row) and hashes to its id. Listed, not errors: orphans (objects nothing
 indexes: a writer died between object and index; in a bucket, an upload grant's PUT staged
 under uploads/ whose commit never came) and unused xorbs (indexed, but no registered file uses them: pushes whose shard never came).
 
@@ -78,7 +78,7 @@ def _check_xorb(store: CasStore, xorb_hex: str) -> str | None:
 
 def _check_shard(store: CasStore, shard_id: str) -> str | None:
     try:
-        body = store.objects.read(f"shards/{shard_id}.mdb")
+        body = store.shard_bytes(shard_id)
     except FileNotFoundError:
         return f"shard {shard_id}: registered but missing from the object store"
     if hashes.hash_to_hex(hashes.keyed_hash(bytes(32), body)) != shard_id:

@@ -3,7 +3,8 @@
 Object keys (in an ObjectStore; by default files under the data directory)::
 
     xorbs/<2 hex>/<xorb hash>   stored xorbs, with their CasObjectInfo footer
-    shards/<shard id>.mdb       every accepted shard (upload form), kept as the audit trail
+    shards/<shard id>.mdb       every accepted shard (upload form) of SHARD_IN_INDEX_BELOW bytes
+                                or more, kept as the audit trail (smaller ones: in the index)
     uploads/<xorb>/<grant id>   in a bucket: an upload grant's PUT, staged until its commit
                                 verifies it and stores it as a xorb; nothing else reads it
 
@@ -46,6 +47,10 @@ log = logging.getLogger("git_xet.storage")
 # and one 48-byte term can name up to 8192 chunks: without a bound a 64 MiB shard of repeated
 # terms asks for billions of them (hours, and more memory than the machine has).
 MAX_SHARD_CHUNK_REFERENCES = 1 << 23
+# Shards smaller than this (a push of a few small files) are kept in their index row, committed
+# with their registration, instead of as an object: a small push then costs the store one
+# object write (its xorb) and its share of an index commit, not two object writes.
+SHARD_IN_INDEX_BELOW = 64 * 1024
 # Where upload grants' PUTs land in a bucket (see the layout above and server/grants.py).
 STAGED_UPLOADS = "uploads/"
 
@@ -327,9 +332,17 @@ class CasStore:
         for info in shard.files:
             name = hashes.hash_to_hex(info.file_hash)
             files.append(FileRegistration(name, info.size, info.terms, computed.get(name), oids.get(name)))
+        in_index = len(body) < SHARD_IN_INDEX_BELOW
         with self._full_disk_reported():
-            self.objects.put(f"shards/{shard_id}.mdb", body)
-            return self.index.register_shard(ShardRegistration(shard_id, len(body), repo, tuple(files), self._dedup_entries(shard, layouts)))
+            if not in_index:
+                self.objects.put(f"shards/{shard_id}.mdb", body)
+            registration = ShardRegistration(shard_id, len(body), repo, tuple(files), self._dedup_entries(shard, layouts), body if in_index else None)
+            return self.index.register_shard(registration)
+
+    def shard_bytes(self, shard_id: str) -> bytes:
+        """A registered shard's bytes, from its index row or its object; FileNotFoundError if gone."""
+        body = self.index.shard_body(shard_id)
+        return body if body is not None else self.objects.read(f"shards/{shard_id}.mdb")
 
     @staticmethod
     def _dedup_entries(shard: Shard, layouts: dict[bytes, XorbLayout]) -> tuple[tuple[bytes, str], ...]:

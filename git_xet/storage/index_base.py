@@ -39,7 +39,7 @@ COLUMNS = {
     "files": ("hash", "size", "sha256", "terms"),
     "xorb_refs": ("xorb", "file"),
     "dedup": ("chunk_hash", "xorb"),
-    "shards": ("id", "size"),
+    "shards": ("id", "size", "body"),
     "repo_files": ("repo", "file"),
     "repo_oids": ("repo", "oid", "file"),
     "repo_shards": ("repo", "id"),
@@ -79,6 +79,7 @@ class ShardRegistration:
     repo: str
     files: tuple[FileRegistration, ...]
     dedup: tuple[tuple[bytes, str], ...] = field(default=())  # (key chunk hash, xorb hex)
+    body: bytes | None = None  # the shard itself, kept in the index (small shards: see CasStore)
 
 
 class MetadataIndex(Protocol):
@@ -105,6 +106,9 @@ class MetadataIndex(Protocol):
         """(xorb hex, body size) of every indexed xorb (for fsck and gc)."""
 
     def shard_ids(self) -> frozenset[str]: ...
+
+    def shard_body(self, shard_id: str) -> bytes | None:
+        """A registered shard's bytes when the index keeps them (ShardRegistration.body), else None."""
 
     def get_file(self, file_hex: str) -> StoredFile | None: ...
 

@@ -74,6 +74,8 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection], None], ...], ...] =
     CREATE TABLE xorb_refs (xorb TEXT NOT NULL, file TEXT NOT NULL, PRIMARY KEY (xorb, file));
     CREATE INDEX dedup_by_xorb ON dedup (xorb);
     """, _fill_xorb_refs),
+    # 3: small shards kept in their row instead of as objects (one write less per small push).
+    ("ALTER TABLE shards ADD COLUMN body BYTEA",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _MIGRATION_LOCK = 0x67697478  # advisory lock key held while migrating ("gitx")
@@ -245,6 +247,10 @@ class PostgresIndex:
     def shard_ids(self) -> frozenset[str]:
         return frozenset(r[0] for r in self._run(lambda conn: conn.execute("SELECT id FROM shards").fetchall()))
 
+    def shard_body(self, shard_id: str) -> bytes | None:
+        row = self._run(lambda conn: conn.execute("SELECT body FROM shards WHERE id = %s", (shard_id,)).fetchone())
+        return bytes(row[0]) if row and row[0] is not None else None
+
     # ------------------------------------------------------------------ files and shards
 
     def get_file(self, file_hex: str) -> StoredFile | None:
@@ -265,7 +271,7 @@ class PostgresIndex:
 
         def work(conn: psycopg.Connection) -> bool:
             with conn.transaction():
-                conn.execute("INSERT INTO shards VALUES (%s, %s) ON CONFLICT DO NOTHING", (shard.shard_id, shard.size))
+                conn.execute("INSERT INTO shards (id, size, body) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", (shard.shard_id, shard.size, shard.body))
                 cur = conn.execute("INSERT INTO repo_shards VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1", (shard.repo, shard.shard_id))
                 if cur.fetchone() is None:
                     return False  # this repo registered the shard before (or a racing replica just did)

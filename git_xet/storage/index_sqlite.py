@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS dedup (
 CREATE INDEX IF NOT EXISTS dedup_by_xorb ON dedup (xorb);
 CREATE TABLE IF NOT EXISTS shards (
     id TEXT PRIMARY KEY,
-    size INTEGER NOT NULL
+    size INTEGER NOT NULL,
+    body BLOB                        -- the shard, for small ones (else an object shards/<id>.mdb)
 );
 CREATE TABLE IF NOT EXISTS repo_files (   -- a repo reads only the files it registered
     repo TEXT NOT NULL,
@@ -86,7 +87,7 @@ CREATE TABLE IF NOT EXISTS revoked_tokens (
 );
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 0 had one namespace and stored every sha256 a client claimed. Its files become the
 # files of the repo DEFAULT_REPO (what tokens name unless told otherwise); its claimed sha256s
 # become that repo's oids, but no longer count as verified.
@@ -132,6 +133,9 @@ class SqliteIndex:
                 if had_files and version == 0:
                     for statement in _MIGRATE_FROM_0.strip().split(";\n"):
                         db.execute(statement)
+                columns = {row[1] for row in db.execute("PRAGMA table_info(shards)")}
+                if "body" not in columns:  # version 3 keeps small shards in their row
+                    db.execute("ALTER TABLE shards ADD COLUMN body BLOB")
                 if had_files and version < 2:  # version 2 added xorb_refs: fill it from the files' terms
                     for file_hex, blob in db.execute("SELECT hash, terms FROM files").fetchall():
                         db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, file_hex) for x in xorbs_of(unpack_terms(blob))])
@@ -251,6 +255,10 @@ class SqliteIndex:
     def shard_ids(self) -> frozenset[str]:
         return frozenset(r[0] for r in self._connection().execute("SELECT id FROM shards"))
 
+    def shard_body(self, shard_id: str) -> bytes | None:
+        row = self._connection().execute("SELECT body FROM shards WHERE id = ?", (shard_id,)).fetchone()
+        return bytes(row[0]) if row and row[0] is not None else None
+
     # ------------------------------------------------------------------ files and shards
 
     def get_file(self, file_hex: str) -> StoredFile | None:
@@ -262,7 +270,7 @@ class SqliteIndex:
 
     def register_shard(self, shard: ShardRegistration) -> bool:
         with self._db() as db:
-            db.execute("INSERT OR IGNORE INTO shards VALUES (?, ?)", (shard.shard_id, shard.size))
+            db.execute("INSERT OR IGNORE INTO shards (id, size, body) VALUES (?, ?, ?)", (shard.shard_id, shard.size, shard.body))
             if db.execute("SELECT 1 FROM repo_shards WHERE repo = ? AND id = ?", (shard.repo, shard.shard_id)).fetchone():
                 return False
             db.execute("INSERT INTO repo_shards VALUES (?, ?)", (shard.repo, shard.shard_id))

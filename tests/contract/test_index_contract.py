@@ -367,7 +367,8 @@ def test_the_index_does_not_grow_per_chunk(make_index, tmp_path: Path, seed: int
 
 def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
     """Version 1 had no xorb_refs: opening it adds the table and fills it from the files' terms,
-    keeping every row; gc then sees which xorbs are in use."""
+    keeping every row; gc then sees which xorbs are in use. Nor had it shard bodies (version 3):
+    its shards have none, and new ones can."""
     index = make_index()
     used, spare = (XorbLayout(x, (CHUNKS[0],), (1008,), (1000,)) for x in XORBS[:2])
     file_hex = FILES[0]
@@ -378,6 +379,7 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
         index.register_shard(ShardRegistration("s1", 10, "default", (FileRegistration(file_hex, 2000, terms, None, OIDS[0]),)))
         with index._db() as db:  # back to version 1's shape
             db.execute("DROP TABLE xorb_refs")
+            db.execute("ALTER TABLE shards DROP COLUMN body")
             db.execute("PRAGMA user_version = 1")
         index.close()
         upgraded: MetadataIndex = SqliteIndex(index.path)
@@ -399,13 +401,28 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
                 conn.execute("INSERT INTO repo_oids VALUES ('default', %s, %s)", (OIDS[0], file_hex))
                 conn.execute("INSERT INTO shards VALUES ('s1', 10); INSERT INTO repo_shards VALUES ('default', 's1')")
         upgraded = PostgresIndex(url)
-        assert upgraded.schema_version() == len(MIGRATIONS) == 2
+        assert upgraded.schema_version() == len(MIGRATIONS) == 3
     counts = upgraded.stats()
     assert (counts["xorbs"], counts["files"], counts["xorb_refs"], counts["repo_oids"], counts["repo_shards"]) == (2, 1, 1, 1, 1)
     assert upgraded.file_for_oid("default", OIDS[0]) == file_hex and upgraded.get_file(file_hex).terms == terms
     assert list(upgraded.unreferenced_xorbs()) == [spare.xorb_hex]
     assert not upgraded.remove_xorb_if_unreferenced(used.xorb_hex, lambda: None)
+    assert upgraded.shard_body("s1") is None
+    assert upgraded.register_shard(ShardRegistration("s2", 5, "default", (), body=b"small"))
+    assert upgraded.shard_body("s2") == b"small" and upgraded.shard_ids() == {"s1", "s2"}
     upgraded.close()
+
+
+def test_a_shard_kept_in_its_row_reads_back(make_index) -> None:
+    """ShardRegistration.body is kept with the registration (first registration wins, as for
+    every row); a shard registered without one has none."""
+    index = make_index()
+    assert index.register_shard(ShardRegistration("kept", 6, REPOS[0], (), body=b"\x00shard"))
+    assert not index.register_shard(ShardRegistration("kept", 6, REPOS[0], (), body=b"other!"))
+    assert index.register_shard(ShardRegistration("kept", 6, REPOS[1], (), body=b"other!"))  # another repo: its own registration
+    assert index.register_shard(ShardRegistration("object", 70_000, REPOS[0], ()))
+    assert index.shard_body("kept") == b"\x00shard" and index.shard_body("object") is None and index.shard_body("absent") is None
+    index.close()
 
 
 def test_copy_index_between_implementations(postgres: Postgres, tmp_path: Path) -> None:
@@ -416,14 +433,16 @@ def test_copy_index_between_implementations(postgres: Postgres, tmp_path: Path) 
         source.add_xorb(XorbLayout(x, (CHUNKS[i], CHUNKS[i + 1]), (1008, 2016), (1000, 1000)), 2016)
     for i, file_hex in enumerate(FILES[:3]):
         files = (FileRegistration(file_hex, 2000, (FileTerm(XORBS[i], 2000, 0, 2),), OIDS[i], OIDS[i]),)
-        source.register_shard(ShardRegistration(f"s{i}", 10 + i, REPOS[i % 2], files, ((CHUNKS[i], _hex(XORBS[i])),)))
+        body = b"shard %d" % i if i else None  # kept in its row, or (s0) an object
+        source.register_shard(ShardRegistration(f"s{i}", 10 + i, REPOS[i % 2], files, ((CHUNKS[i], _hex(XORBS[i])),), body))
     source.revoke_token("t", 5)
     middle = PostgresIndex(postgres.create_database(f"copy_{next(_names)}"))
     target = SqliteIndex(tmp_path / "target.sqlite")
     assert copy_index(source, middle, batch=2) == source.stats() == middle.stats()
     assert copy_index(middle, target, batch=2) == source.stats() == target.stats()
     for table in TABLES:
-        rows = sorted(source.export_rows(table))
-        assert sorted(middle.export_rows(table)) == rows == sorted(target.export_rows(table)), table
+        rows = sorted(source.export_rows(table), key=repr)
+        assert sorted(middle.export_rows(table), key=repr) == rows == sorted(target.export_rows(table), key=repr), table
+    assert target.shard_body("s1") == b"shard 1" and target.shard_body("s0") is None
     for index in (source, middle, target):
         index.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from git_xet.core import hashes, shard
+from git_xet.storage import cas_store
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.index_postgres import PostgresIndex
 from tests.support.datagen import random_bytes
@@ -51,11 +52,15 @@ def _age(store: CasStore, key: str, seconds: float) -> None:
     os.utime(path, (past, past))
 
 
-def test_fsck_and_gc(store_args: tuple[CasStore, list[str]]) -> None:
+def test_fsck_and_gc(store_args: tuple[CasStore, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     store, flags = store_args
-    kept = [_register(store, random_bytes(200_000 + 1000 * i, 400 + i)) for i in range(3)]
+    # Small shards (these two) live in their index row; one kept as an object, as large ones are.
+    kept = [_register(store, random_bytes(200_000 + 1000 * i, 400 + i)) for i in range(2)]
+    monkeypatch.setattr(cas_store, "SHARD_IN_INDEX_BELOW", 0)
+    kept.append(_register(store, random_bytes(202_000, 402)))
+    monkeypatch.undo()
     shard_keys = [k for k, _ in store.objects.list("shards/")]
-    assert len(shard_keys) == 3
+    assert len(shard_keys) == 1 and len(store.index.shard_ids()) == 3
 
     clean = run_git_xet("fsck", *flags)
     assert clean.returncode == 0, clean.stdout + clean.stderr
@@ -103,7 +108,7 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]]) -> None:
     assert all(store.objects.exists(store.xorb_key(x)) for x in kept) and all(store.objects.exists(k) for k in shard_keys)
 
     # Damage: one indexed xorb truncated, one deleted, one shard file deleted.
-    damaged, missing = store.xorb_key(kept[0]), store.xorb_key(kept[1])
+    damaged, missing = store.xorb_key(kept[0]), store.xorb_key(kept[1])  # (and the one shard object)
     (store.root / damaged).write_bytes((store.root / damaged).read_bytes()[:-5000])
     store.objects.delete(missing)
     store.objects.delete(shard_keys[0])

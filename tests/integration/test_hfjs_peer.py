@@ -39,6 +39,7 @@ from git_xet.pipelines.download import download
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.pipelines.upload import Uploader
 from git_xet.storage.cas_store import MAX_SHARD_CHUNK_REFERENCES
+from git_xet.storage.cas_store import CasStore
 from tests.support import hf_xet_oracle, hfjs_peer
 from tests.support.datagen import float32_like, random_bytes
 from tests.support.server_process import RunningServer, running_server
@@ -141,7 +142,12 @@ def _read_back(server: RunningServer, tmp: Path, files: dict[str, bytes], xet: d
 
 
 def _stored_shards(server: RunningServer) -> list[bytes]:
-    return [p.read_bytes() for p in sorted((server.data_dir / "shards").glob("*.mdb"))]
+    """Every shard the server registered, as kept (an object, or its index row)."""
+    store = CasStore(server.data_dir)
+    try:
+        return [store.shard_bytes(shard_id) for shard_id in sorted(store.index.shard_ids())]
+    finally:
+        store.close()
 
 
 def _footer_lookup_fields(blob: bytes) -> tuple[int, ...]:
