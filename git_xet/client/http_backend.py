@@ -6,6 +6,8 @@ import json
 import logging
 import os
 import ssl
+import threading
+import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -104,17 +106,53 @@ def timeout_from_env() -> httpx.Timeout:
     return httpx.Timeout(connect=min(60.0, seconds), read=seconds, write=seconds, pool=60.0) if seconds > 0 else DEFAULT_TIMEOUT
 
 
+class _TlsOnFirstUse(httpx.BaseTransport):
+    """The client's transport for direct connections: plain HTTP at once, TLS made on the first
+    https:// request. A verifying TLS context loads the system's certificates (~20 ms of CPU),
+    and git-lfs starts eight agents per push: those talking to a plain-HTTP server on the
+    machine or the LAN never need it. Not used when the environment names proxies (see
+    make_http_client)."""
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        self._limits = limits
+        # verify=False only skips loading certificates for a context no https:// URL reaches.
+        self._plain = httpx.HTTPTransport(verify=False, limits=limits)
+        self._tls: httpx.HTTPTransport | None = None
+        self._lock = threading.Lock()
+
+    def _secure(self) -> httpx.HTTPTransport:
+        with self._lock:
+            if self._tls is None:
+                self._tls = httpx.HTTPTransport(verify=ssl.create_default_context(), limits=self._limits)
+            return self._tls
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme == "https":
+            return self._secure().handle_request(request)
+        return self._plain.handle_request(request)
+
+    def close(self) -> None:
+        self._plain.close()
+        if self._tls is not None:
+            self._tls.close()
+
+
 def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     """One pooled client that honours HTTP(S)_PROXY/NO_PROXY and trusts the OS certificate
     store plus SSL_CERT_FILE/SSL_CERT_DIR (OpenSSL's default verify paths), so corporate
     CAs installed on the machine work without extra configuration."""
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+    # With proxies in the environment httpx makes their transports (it reads the environment
+    # only when given no transport of ours), all verifying with this context, made now.
+    proxied = any(key in ("http", "https", "all") for key in urllib.request.getproxies())
     return httpx.Client(
         timeout=timeout or timeout_from_env(),
         trust_env=True,
-        verify=ssl.create_default_context(),
+        verify=ssl.create_default_context() if proxied else True,
+        transport=None if proxied else _TlsOnFirstUse(limits),
         follow_redirects=True,
         headers={"User-Agent": USER_AGENT},
-        limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        limits=limits,
     )
 
 

@@ -1,0 +1,58 @@
+"""The agent's HTTP client: TLS is set up on the first https:// request only (an agent that
+talks to a plain-HTTP server never loads the system's certificates), and requests go through
+a proxy from the environment when one is set."""
+
+from __future__ import annotations
+
+from http.server import BaseHTTPRequestHandler
+from typing import ClassVar
+
+import httpx
+import pytest
+
+from git_xet.client import http_backend
+from git_xet.client.http_backend import make_http_client
+from tests.support.http_stub import http_stub
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        _Recorder.seen.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_tls_is_set_up_on_the_first_https_request_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("ALL_PROXY", raising=False)
+    made: list[object] = []
+    real = http_backend.ssl.create_default_context
+    monkeypatch.setattr(http_backend.ssl, "create_default_context", lambda *a, **k: made.append(1) or real(*a, **k))
+    with http_stub(_Recorder) as url, make_http_client() as client:
+        assert client.get(f"{url}/plain").content == b"ok"
+        assert made == []  # plain HTTP: no certificates loaded
+        with pytest.raises(httpx.ConnectError):
+            client.get(f"https://127.0.0.1:{url.rsplit(':', 1)[1]}/secure")  # a plain server: the handshake fails
+        assert made == [1]
+        with pytest.raises(httpx.ConnectError):
+            client.get(f"https://127.0.0.1:{url.rsplit(':', 1)[1]}/again")
+        assert made == [1]  # made once, then reused
+
+
+def test_a_proxy_from_the_environment_carries_plain_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    _Recorder.seen = []
+    with http_stub(_Recorder) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        with make_http_client() as client:
+            assert client.get("http://git-xet.invalid/through-the-proxy").content == b"ok"
+    assert _Recorder.seen == ["http://git-xet.invalid/through-the-proxy"]  # the absolute form a proxy gets
