@@ -1,0 +1,65 @@
+"""register_shard with verify_sha256 (the server's way): the claimed sha256 of each new file is
+checked against the stored bytes. That pass does not hash the chunks again, so when the check
+fails the store must still tell a wrong claim (Rejected) from stored bytes damaged since their
+xorb was verified (Damaged), and register nothing either way."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from git_xet.core import hashes, shard
+from git_xet.storage.cas_store import CasStore
+from git_xet.storage.errors import Damaged, Rejected
+from tests.support.datagen import random_bytes
+from tests.support.objects import single_xorb
+
+
+def _stored(store: CasStore, data: bytes, claim: bytes | None = None) -> tuple[bytes, str]:
+    """`data` as one stored xorb (raw chunks: a random file does not compress); the shard that
+    registers it, claiming `claim` (by default `data`'s sha256), and the xorb's object key."""
+    built, digest = single_xorb(data)
+    xorb_hex = hashes.hash_to_hex(built.xorb_hash)
+    store.put_xorb(xorb_hex, built.body)
+    term = shard.FileTerm(built.xorb_hash, len(data), 0, len(built.chunk_hashes))
+    info = shard.FileInfo(digest.file_hash, (term,), (hashes.verification_hash(built.chunk_hashes),), claim or hashlib.sha256(data).digest())
+    return shard.serialize_shard(shard.Shard((info,)), with_footer=False), store.xorb_key(xorb_hex)
+
+
+@settings(max_examples=10, deadline=None)
+@given(size=st.integers(1, 300_000), seed=st.integers(0, 2**32), where=st.floats(0, 1, exclude_max=True))
+def test_damage_is_told_from_a_wrong_claim(tmp_path_factory: pytest.TempPathFactory, size: int, seed: int, where: float) -> None:
+    store = CasStore(tmp_path_factory.mktemp("store"))
+    try:
+        data = random_bytes(size, seed)
+        body, key = _stored(store, data)
+        # A wrong claim on intact bytes: the claim is refused.
+        wrong, _ = _stored(store, data, claim=hashlib.sha256(data + b"!").digest())
+        with pytest.raises(Rejected, match="does not match its content"):
+            store.register_shard(wrong, verify_sha256=True)
+        # A byte of the stored object's data flipped after the xorb was verified: the store is blamed.
+        path = Path(store.root) / key
+        stored = bytearray(path.read_bytes())
+        payload_start = 8  # the first chunk's header; a random chunk is stored raw after it
+        stored[payload_start + int(where * min(size, len(stored) - payload_start - 1))] ^= 0x40
+        path.write_bytes(bytes(stored))
+        with pytest.raises(Damaged, match="damaged"):
+            store.register_shard(body, verify_sha256=True)
+        assert store.stats()["files"] == 0 and store.stats()["repo_oids"] == 0
+    finally:
+        store.close()
+
+
+def test_intact_bytes_and_a_right_claim_register(tmp_path: Path) -> None:
+    store = CasStore(tmp_path / "store")
+    try:
+        data = random_bytes(200_000, 7)
+        body, _ = _stored(store, data)
+        assert store.register_shard(body, verify_sha256=True)
+        assert store.file_by_sha256(hashlib.sha256(data).hexdigest()) is not None
+    finally:
+        store.close()
