@@ -16,7 +16,6 @@ keeps that much free heap mapped: 5x fewer faults per uploaded byte, ~8 MiB more
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import sys
 import threading
@@ -38,7 +37,9 @@ def tune_allocator() -> None:
         try:
             libc = ctypes.CDLL("libc.so.6")
         except OSError:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            from ctypes.util import find_library  # subprocess, tempfile, shutil: only for this fallback
+
+            libc = ctypes.CDLL(find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return

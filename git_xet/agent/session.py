@@ -13,17 +13,19 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..client.errors import NotFoundError, TransferError
 from ..client.shard_cache import ShardCache, default_cache_root
-from ..pipelines.download import IntegrityError, download_to_path
-from ..pipelines.upload import Uploader
 from .endpoints import git_common_dir, git_config
 from .progress import Progress
 from .protocol import Transfer
 from .routing import StoreRouter
 from .summary import PushSummary
 from .terminal import tell
+
+if TYPE_CHECKING:
+    from ..pipelines.upload import Uploader
 
 log = logging.getLogger("git_xet.agent")
 
@@ -103,6 +105,8 @@ class AgentSession:
         return self._summary
 
     def _upload(self, req: Transfer, progress: Progress) -> None:
+        from ..pipelines.upload import Uploader  # an agent of a clone never uploads
+
         source = self._check_upload_source(req)
         totals = self._push_summary().totals
         backend, lookup = self.router.route(req)
@@ -139,6 +143,8 @@ class AgentSession:
         totals.deduped_bytes += result.deduped_bytes
 
     def _download(self, req: Transfer, progress: Progress) -> str:
+        from ..pipelines.download import IntegrityError, download_to_path  # an agent of a push never downloads
+
         tmp_dir = git_common_dir() / "lfs" / "tmp"
         dest = tmp_dir / f"{req.oid}.xet-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         umask = os.umask(0)

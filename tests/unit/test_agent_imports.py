@@ -1,0 +1,22 @@
+"""What an agent imports before its first object: git-lfs starts eight per command, so each
+module an agent does not need is paid eight times. An agent of a push never downloads, one of
+a clone never uploads; neither needs ctypes.util (which imports subprocess, tempfile, shutil)
+unless glibc's soname fails to load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+LOADED = (
+    "import sys, json\n"
+    "from git_xet.agent.session import AgentSession\n"
+    "AgentSession(None)\n"
+    "print(json.dumps(sorted(m for m in ('git_xet.pipelines.download', 'git_xet.pipelines.upload', 'ctypes.util', 'httpx') if m in sys.modules)))\n"
+)
+
+
+def test_an_agent_session_loads_neither_pipeline_until_an_object_needs_it() -> None:
+    proc = subprocess.run([sys.executable, "-c", LOADED], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(proc.stdout) == []
