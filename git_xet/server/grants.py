@@ -18,8 +18,9 @@ and the CRC-64/NVME are signed in, so the store itself refuses a body that does 
 (400 BadDigest) and a second PUT (412). The commit reads the staged object once, verifies it
 (hash, chunk layout) like any upload as it arrives, makes the stored object from it inside the
 bucket (a multipart copy plus the footer we rebuilt) and indexes it, then deletes the staged
-copy: only a verified xorb is ever referenced, and its bytes cross the server once. A grant whose PUT never comes, or whose
-commit never comes, leaves only a staged object, which nothing references.
+copy: only a verified xorb is ever referenced, and its bytes cross the server once. A grant
+whose PUT never comes, or whose commit never comes, leaves only a staged object, which nothing
+references (fsck lists it, gc and every server's collector remove it).
 """
 
 from __future__ import annotations
