@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import time
+from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -304,10 +305,15 @@ class S3ObjectStore:
                 raise self._fail("write", full, exc) from None
         raise S3Error(f"S3 kept answering 409 for {self.bucket}/{full}")
 
-    def read(self, key: str) -> bytes:
+    @contextmanager
+    def _reading(self, key: str) -> Iterator[str]:
+        """The full key of `key`, for a read whose failures become FileNotFoundError (the object
+        is absent) or S3Error (see _fail)."""
         full = self.location.key(key)
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=full)["Body"].read()
+            yield full
+        except S3Error:
+            raise
         except self._ClientError as exc:
             status, code = self._status(exc)
             if status == 404 or code in ("NoSuchKey", "NotFound"):
@@ -316,14 +322,17 @@ class S3ObjectStore:
         except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("read", full, exc) from None
 
+    def read(self, key: str) -> bytes:
+        with self._reading(key) as full:
+            return self.client.get_object(Bucket=self.bucket, Key=full)["Body"].read()
+
     def read_into(self, key: str, buffer: Any, progress: Callable[[int], None] | None = None) -> int:
         """Read the whole object into the start of `buffer` (a writable buffer at least as
         long as the object), calling `progress(bytes so far)` every READ_STEP bytes, so that a
         caller can work on the first bytes while the rest arrive; returns the length.
         FileNotFoundError when it does not exist; S3Error when it is longer than `buffer`."""
-        full = self.location.key(key)
         view = memoryview(buffer).cast("B")
-        try:
+        with self._reading(key) as full:
             response = self.client.get_object(Bucket=self.bucket, Key=full)
             length = int(response["ContentLength"])
             if length > len(view):
@@ -338,15 +347,6 @@ class S3ObjectStore:
                 if progress is not None:
                     progress(done)
             return length
-        except S3Error:
-            raise
-        except self._ClientError as exc:
-            status, code = self._status(exc)
-            if status == 404 or code in ("NoSuchKey", "NotFound"):
-                raise FileNotFoundError(f"{self.location}/{key} does not exist") from None
-            raise self._fail("read", full, exc) from None
-        except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
-            raise self._fail("read", full, exc) from None
 
     def copy_new(self, source_key: str, key: str, tail: bytes) -> bool:
         """Create `key` as the object `source_key` followed by `tail`, inside the store, if
