@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..client.errors import NotFoundError, TransferError
 from ..client.shard_cache import ShardCache, default_cache_root
+from ..fsutil import atomic_output
 from .endpoints import git_common_dir, git_config
 from .progress import Progress
 from .protocol import Transfer
@@ -153,8 +154,7 @@ class AgentSession:
         if whole is not None:
             if hashlib.sha256(whole).hexdigest() != req.oid.lower():
                 raise IntegrityError(f"the server sent {req.oid[:12]} with other content (its sha256 differs)", retryable=True)
-            tmp_dir.mkdir(parents=True, exist_ok=True)
-            with open(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644 & ~umask), "wb") as out:
+            with atomic_output(dest, mode=0o644 & ~umask, durable=False) as out:  # as download_to_path writes
                 out.write(whole)
             progress.add(len(whole))
             return str(dest)

@@ -211,11 +211,15 @@ class CasApp:
         stored = await run_in_threadpool(self.store.file_by_sha256, oid, claims.repo)
         if stored is None:
             raise RequestRefused(404, f"object {oid} not found")
+        return self.whole_file(stored, {FILE_HASH: stored.file_hex, "Cache-Control": "private, no-store"})
+
+    def whole_file(self, stored: StoredFile, headers: dict[str, str] | None = None) -> Response:
+        """A stored file's bytes as one paced response, each chunk checked as it is read."""
         return PacedStreamingResponse(
             self.store.iter_file_bytes(stored),
             self.config.idle_timeout,
             media_type="application/octet-stream",
-            headers={"Content-Length": str(stored.size), FILE_HASH: stored.file_hex, "Cache-Control": "private, no-store"},
+            headers={"Content-Length": str(stored.size), **(headers or {})},
         )
 
     async def xorb_data(self, request: Request) -> Response:

@@ -36,10 +36,9 @@ from starlette.routing import Route
 
 from ..core import hashes
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
-from ..storage.cas_store import CasStore
+from ..storage.cas_store import CasStore, StoredFile
 from .auth import KINDS, AuthError, Claims, Signer, presented_token
 from .errors import RequestRefused, error_response, lfs_error_response
-from .http_io import PacedStreamingResponse
 
 REPO_KINDS = ("models", "datasets", "spaces")
 STANDALONE_REPO_ALIAS = "git-xet"
@@ -107,6 +106,8 @@ class HubHost(Protocol):
     def read_body(self, request: Request, limit: int) -> Awaitable[bytes]: ...
 
     def base_url(self, request: Request) -> str: ...
+
+    def whole_file(self, stored: StoredFile, headers: dict[str, str] | None = None) -> Response: ...
 
 
 class HubEmulation:
@@ -227,12 +228,7 @@ class HubEmulation:
         stored = await run_in_threadpool(self._bridge_file, repo, file_hex)
         if stored is None:
             return error_response(RequestRefused(404, "file not found"))
-        return PacedStreamingResponse(
-            self.cas.store.iter_file_bytes(stored),
-            self.cas.config.idle_timeout,
-            media_type="application/octet-stream",
-            headers={"Content-Length": str(stored.size)},
-        )
+        return self.cas.whole_file(stored)
 
 
 def hub_routes(hub: HubEmulation) -> list[Route]:
