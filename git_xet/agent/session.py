@@ -46,6 +46,18 @@ def _label_cache(directory: Path, key: str) -> None:
             log.info("could not label the shard cache %s: %s", directory, exc)
 
 
+def _not_its_oid(source: str, actual_sha256: str) -> TransferError:
+    return TransferError(f"{source} does not match its oid (sha256 {actual_sha256[:12]}…); the file changed during the push, or the LFS object is damaged (`git lfs fsck` checks them)")
+
+
+def _sha256_of_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 class AgentSession:
     def __init__(self, remote: str | None = None) -> None:
         from ..memory import tune_allocator
@@ -124,12 +136,18 @@ class AgentSession:
         uploader.progress = progress.add
         sent_before = uploader.stats.xorb_bytes_sent
         try:
-            result = uploader.add_file(source)
-            if result.sha256_hex != req.oid:
-                raise TransferError(f"{source} does not match its oid (sha256 {result.sha256_hex[:12]}…); the file changed during the push?")
-            # Durable (xorbs, then the shard) before we say complete; after a store reset the
-            # file went again, so its figures are the final upload's.
-            result = uploader.finalize()[-1]
+            try:
+                result = uploader.add_file(source, sha256_hex=req.oid)
+                if result.sha256_hex != req.oid:
+                    raise _not_its_oid(source, result.sha256_hex)
+                # Durable (xorbs, then the shard) before we say complete; after a store reset the
+                # file went again, so its figures are the final upload's.
+                result = uploader.finalize()[-1]
+            except TransferError as exc:
+                # A store that checks oids refused it, or something else did: say which.
+                if not exc.retryable and backend.checks_sha256_claims and (actual := _sha256_of_file(source)) != req.oid:
+                    raise _not_its_oid(source, actual) from None
+                raise
         except BaseException:
             # Its state may not match the store any more; a fresh one resumes from the cache.
             self._uploaders.pop(key, None)
@@ -162,9 +180,11 @@ class AgentSession:
         file_hex = lookup(req.oid)
         if backend is None or file_hex is None:
             raise NotFoundError(f"object {req.oid} is not in the XET store; was it pushed?")
-        # Not fsynced: git-lfs hashes the file again and moves it into its object store; a crash
-        # before then loses a temp file, never an object.
-        download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, durable=False, size=req.size, sha256_hex=req.oid, progress=progress.add)
+        # Not fsynced: git-lfs hashes the file (tq/custom.go checks every agent download's sha256
+        # against its oid) and moves it into its object store; a crash before then loses a temp
+        # file, never an object. For the same reason the sha256 is not computed here as well: the
+        # bytes are checked against the XET file hash, and git-lfs checks the oid mapping.
+        download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, durable=False, size=req.size, progress=progress.add)
         return str(dest)
 
     def close(self) -> None:

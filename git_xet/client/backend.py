@@ -14,6 +14,13 @@ class XetBackend(Protocol):
     def cache_key(self) -> str:
         """Identifies the store, so caches (shards, resume state) are kept per store."""
 
+    @property
+    def checks_sha256_claims(self) -> bool:
+        """Whether the store computes a file's sha256 from its bytes before it maps that oid to
+        the file (a `git xet serve` does, and refuses a wrong claim). Then an uploader may send
+        the oid git-lfs gave it without hashing the file again; a local directory, a bucket and
+        the Hub take a shard's claim as given, so for them the uploader computes it."""
+
     def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         """Store a footerless xorb; True if it was new. Idempotent."""
 

@@ -211,9 +211,12 @@ class HttpCasBackend:
         policy: RetryPolicy | None = None,
         http: httpx.Client | None = None,
         bundles: bool = False,
+        checks_sha256_claims: bool = False,
     ) -> None:
         """`bundles`: the server is a `git xet serve` (standalone mode), so a shard and its
-        small xorbs may go in one request (core/upload_bundle.py); never sent otherwise."""
+        small xorbs may go in one request (core/upload_bundle.py); never sent otherwise.
+        `checks_sha256_claims`: the server is one that verifies a shard's sha256 metadata
+        (a `git xet serve`; see XetBackend.checks_sha256_claims)."""
         self.endpoint = endpoint.rstrip("/")
         self.tokens = tokens or StaticToken(None)
         self.session_id = session_id or str(uuid.uuid4())
@@ -222,6 +225,7 @@ class HttpCasBackend:
         self.http = http or make_http_client()
         self._grants_offered = True  # until the server answers a grant request with 404
         self._bundles = bundles  # until the server answers a bundle with 404 (an older server)
+        self._checks_sha256_claims = checks_sha256_claims
 
     def close(self) -> None:
         """Close the connection pool, unless it was passed in (then its owner closes it)."""
@@ -231,6 +235,10 @@ class HttpCasBackend:
     @property
     def cache_key(self) -> str:
         return self.endpoint
+
+    @property
+    def checks_sha256_claims(self) -> bool:
+        return self._checks_sha256_claims
 
     # ------------------------------------------------------------------ plumbing
 

@@ -28,6 +28,10 @@ class LocalStoreBackend:
     def cache_key(self) -> str:
         return f"local:{self.root}"
 
+    @property
+    def checks_sha256_claims(self) -> bool:
+        return False  # the writer owns the store: register_shard takes its claim as given
+
     def close(self) -> None:
         """Close the store's index (its database connections)."""
         self.store.close()

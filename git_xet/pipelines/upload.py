@@ -1,7 +1,8 @@
 """Upload files as XET: chunk, dedup (session, local shard cache, global), pack new chunks into
 xorbs, upload xorbs in parallel, then one shard describing the files.
 
-Each file streams through one memory-mapped pass (its sha256 computed beside it): chunks are
+Each file streams through one memory-mapped pass (its sha256 computed beside it, unless the
+store checks the sha256 it is told: see add_file): chunks are
 hashed, then placed a little behind: a run of chunks already stored somewhere becomes one term
 pointing there; new chunks go into the open xorb, whose upload starts as soon as it is full. `finalize()`
 makes everything added so far durable on the store (all xorbs, then the shard) and records it
@@ -223,10 +224,15 @@ class Uploader:
 
     # ------------------------------------------------------------------ files
 
-    def add_file(self, path: str | os.PathLike[str]) -> UploadedFile:
+    def add_file(self, path: str | os.PathLike[str], sha256_hex: str | None = None) -> UploadedFile:
+        """Add one file on disk. `sha256_hex` (a Git LFS oid) is what the caller says the file's
+        sha256 is: a store that computes it anyway (XetBackend.checks_sha256_claims) is sent
+        the claim and refuses the shard if it is wrong, so the file is not hashed twice; for
+        any other store it is computed here, and the result reports it for the caller to check."""
         self._check_usable()
+        claimed = bytes.fromhex(sha256_hex) if sha256_hex is not None and self.backend.checks_sha256_claims else None
         with MappedFile(path) as mapped:
-            return self._add(mapped.view, mapped.release_before, path)
+            return self._add(mapped.view, mapped.release_before, path, claimed)
 
     def add_bytes(self, data: bytes | memoryview, consumed: Callable[[int], None] | None = None) -> UploadedFile:
         """Upload one file held in memory (see `_add`); the buffer is referenced until finalize."""
@@ -234,7 +240,9 @@ class Uploader:
         view = memoryview(data)
         return self._add(view, consumed, view)
 
-    def _add(self, view: memoryview, consumed: Callable[[int], None] | None, source: str | os.PathLike[str] | memoryview) -> UploadedFile:
+    def _add(
+        self, view: memoryview, consumed: Callable[[int], None] | None, source: str | os.PathLike[str] | memoryview, claimed_sha256: bytes | None = None
+    ) -> UploadedFile:
         """Chunk, hash, dedup and pack one file in a single streaming pass.
 
         Chunks are placed (deduplicated or packed into the open xorb) PLACEMENT_LAG chunks
@@ -243,7 +251,7 @@ class Uploader:
         while the rest of the file is still being read. `consumed(offset)` is told how far
         every reader got, so a mapped file can drop the pages behind them.
         """
-        hasher = hashlib.sha256()
+        hasher = hashlib.sha256() if claimed_sha256 is None else None
         state = _FileState()
         query_global = self.global_dedup and len(view) >= GLOBAL_DEDUP_MIN_FILE
         for end, chunk_digest in iter_chunk_hashes(view, sha256_hasher=hasher):
@@ -259,7 +267,8 @@ class Uploader:
         self._probe(state)
         while state.placed < len(state.hashes):
             self._place_next(state, view)
-        sha_digest = hasher.digest()
+        sha_digest = hasher.digest() if hasher is not None else claimed_sha256
+        assert sha_digest is not None
         sizes = [b - a for a, b in zip(state.offsets, state.offsets[1:])]
         file_digest = FileDigest.of_chunks(state.hashes, sizes, sha_digest)
         result = UploadedFile(hash_to_hex(file_digest.file_hash), file_digest.size, sha_digest.hex(), state.new_bytes, state.deduped_bytes)

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -201,3 +202,31 @@ def test_git_lfs_init_line_takes_the_fast_path() -> None:
     assert protocol.parse_flat_object(line) == json.loads(line)
     init = protocol.parse_request(line)
     assert isinstance(init, protocol.Init) and (init.operation, init.remote, init.concurrent_transfers) == ("download", "origin", 8)
+
+
+def test_to_a_server_the_oid_is_checked_by_the_server_not_hashed_twice(tmp_path: Path) -> None:
+    """A `git xet serve` computes every file's sha256 before mapping its oid, so the agent sends
+    git-lfs's oid instead of hashing the file again: an object whose content does not match its
+    oid is still refused (by the server; the agent then says which file is wrong), and the right
+    object is stored under its oid."""
+    from tests.support.server_process import running_server
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    data = random_bytes(300_000, 3)
+    oid, obj = _lfs_object(tmp_path, data)
+    _, other = _lfs_object(tmp_path, random_bytes(300_000, 4))
+    with running_server(tmp_path / "server" / "data") as server:
+        lines = [
+            INIT,
+            json.dumps({"event": "upload", "oid": oid, "size": 300_000, "path": str(other), "action": None}),
+            json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj), "action": None}),
+            json.dumps({"event": "terminate"}),
+        ]
+        out, stderr, _ = _agent(tmp_path, lines, {"GIT_XET_ENDPOINT": server.url, "GIT_XET_TOKEN": server.token("write")})
+        wrong, good = [m for m in out if m.get("event") == "complete"]
+        assert wrong["oid"] == oid and f"{other} does not match its oid" in wrong["error"]["message"], stderr
+        refusals = [line for line in server.log().splitlines() if '"status": 400' in line]
+        assert len(refusals) == 1 and "shard" in refusals[0]  # the server refused the claim: the agent had not hashed
+        assert good == {"event": "complete", "oid": oid}, stderr
+        resp = httpx.get(f"{server.url}/v1/lfs-objects/{oid}", headers={"Authorization": f"Bearer {server.token('read')}"}, timeout=30)
+        assert resp.status_code == 200 and resp.content == data
