@@ -30,7 +30,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -51,6 +51,7 @@ from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
 from .hub import HubEmulation, hub_routes
 from .reconstruction import parse_range_header, with_signed_urls
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
+from .worker_threads import in_worker
 
 log = logging.getLogger("git_xet.server")
 
@@ -116,7 +117,7 @@ class CasApp:
         """Revoked token ids, re-read from the index at most once a second (`git xet token
         --revoke` writes them there, from another process)."""
         if time.monotonic() - self._revoked_at > REVOCATION_CACHE_SECONDS:
-            self._revoked = await run_in_threadpool(self.store.revoked_token_ids)
+            self._revoked = await in_worker(self.store.revoked_token_ids)
             self._revoked_at = time.monotonic()
         return self._revoked
 
@@ -183,7 +184,7 @@ class CasApp:
         file_hex = _hash_param(request, "file")
         version = 2 if request.url.path.startswith("/v2/") else 1
         args = (claims.repo, file_hex, request.headers.get("range"), self.base_url(request), version)
-        stored, body = await run_in_threadpool(self._plan, *args)
+        stored, body = await in_worker(self._plan, *args)
         if body is None:
             return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
         return JSONResponse(body, headers={"Cache-Control": "private, no-store"})
@@ -208,7 +209,7 @@ class CasApp:
         oid = request.path_params["oid"].lower()
         if not hashes.is_hash_hex(oid):
             raise RequestRefused(400, "an LFS oid is 64 hex digits (the object's sha256)")
-        stored = await run_in_threadpool(self.store.file_by_sha256, oid, claims.repo)
+        stored = await in_worker(self.store.file_by_sha256, oid, claims.repo)
         if stored is None:
             raise RequestRefused(404, f"object {oid} not found")
         return self.whole_file(stored, {FILE_HASH: stored.file_hex, "Cache-Control": "private, no-store"})
@@ -234,7 +235,7 @@ class CasApp:
         self.signer.check_range(xorb, start, end, exp, sig)
         if request.headers.get("range", "").replace(" ", "") != f"bytes={start}-{end}":
             raise RequestRefused(403, f"this URL serves exactly Range: bytes={start}-{end}")
-        layout = await run_in_threadpool(self.store.xorb_layout, xorb)
+        layout = await in_worker(self.store.xorb_layout, xorb)
         if layout is None:
             raise RequestRefused(404, f"xorb {xorb} not found")
         if end >= layout.byte_ends[-1]:
@@ -257,7 +258,7 @@ class CasApp:
         await self.authorize(request, "write")
         xorb = _hash_param(request, "xorb")
         async with self.receive_xorb(request) as received:
-            inserted = await run_in_threadpool(self.store_received_xorb, xorb, received)
+            inserted = await in_worker(self.store_received_xorb, xorb, received)
         return JSONResponse({"was_inserted": inserted})
 
     def _register(self, body: bytes, repo: str, progress=None) -> bool:
@@ -267,7 +268,7 @@ class CasApp:
         claims = await self.authorize(request, "write")
         body = await self.read_body(request, MAX_SHARD_BODY)
         async with self.validation_turn(body):
-            inserted = await run_in_threadpool(self._register, body, claims.repo)
+            inserted = await in_worker(self._register, body, claims.repo)
         return JSONResponse({"result": 1 if inserted else 0})
 
     async def upload_bundle(self, request: Request) -> Response:
@@ -280,12 +281,17 @@ class CasApp:
             xorbs, shard = parse_bundle(body)
         except FormatError as exc:
             raise RequestRefused(400, f"invalid upload bundle: {exc}") from None
-        for xorb_hash, xorb in xorbs:
-            await run_in_threadpool(self.store.put_xorb, hashes.hash_to_hex(xorb_hash), xorb)
         shard_body = bytes(shard)
         async with self.validation_turn(shard_body):
-            inserted = await run_in_threadpool(self._register, shard_body, claims.repo)
+            inserted = await in_worker(self._store_bundle, xorbs, shard_body, claims.repo)
         return JSONResponse({"result": 1 if inserted else 0})
+
+    def _store_bundle(self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str) -> bool:
+        """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
+        hand-offs cost more than the work."""
+        for xorb_hash, xorb in xorbs:
+            self.store.put_xorb(hashes.hash_to_hex(xorb_hash), xorb)
+        return self._register(shard, repo)
 
     async def upload_shard_v2(self, request: Request) -> Response:
         """NDJSON frames: `validating` while the sha256 of the shard's files is computed from the
@@ -305,7 +311,7 @@ class CasApp:
 
             yield frame({"type": "validating", "verified": 0, "total": 1})
             async with self.validation_turn(body):
-                work = asyncio.ensure_future(run_in_threadpool(self._register, body, claims.repo, progress))
+                work = asyncio.ensure_future(in_worker(self._register, body, claims.repo, progress))
                 while not work.done():
                     update = asyncio.ensure_future(updates.get())
                     await asyncio.wait({work, update}, return_when=asyncio.FIRST_COMPLETED)
@@ -336,7 +342,7 @@ class CasApp:
         if request.path_params["prefix"] not in ("default", "default-merkledb"):
             raise RequestRefused(404, "unknown dedup namespace")
         chunk = hashes.hex_to_hash(_hash_param(request, "chunk"))
-        found = await run_in_threadpool(self.store.dedup_shard, chunk)
+        found = await in_worker(self.store.dedup_shard, chunk)
         if found is None:
             raise RequestRefused(404, "chunk not known")
         now = int(time.time())

@@ -35,7 +35,6 @@ import uuid
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -47,6 +46,7 @@ from ..storage.cas_store import STAGED_UPLOADS
 from ..storage.errors import StorageError
 from ..storage.s3 import MIN_COPY_PART_BYTES
 from .errors import RequestRefused
+from .worker_threads import in_worker
 
 if TYPE_CHECKING:
     from ..storage.s3 import S3ObjectStore
@@ -81,12 +81,12 @@ class Grants:
         if crc64nvme is None or not self.app.config.upload_grants:
             raise RequestRefused(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
         length, crc = _parse_grant_request(await self.app.read_body(request, MAX_GRANT_REQUEST))
-        if await run_in_threadpool(self.app.store.xorb_layout, xorb) is not None:
+        if await in_worker(self.app.store.xorb_layout, xorb) is not None:
             return JSONResponse({})
         grant_id = uuid.uuid4().hex
         bucket = self.app.object_bucket
         if bucket is not None:
-            url, headers = await run_in_threadpool(bucket.presign_put_new, staging_key(xorb, grant_id), crc, GRANT_TTL)
+            url, headers = await in_worker(bucket.presign_put_new, staging_key(xorb, grant_id), crc, GRANT_TTL)
             return JSONResponse({"id": grant_id, "method": "PUT", "url": url, "headers": headers}, status_code=201)
         exp = int(time.time()) + GRANT_TTL
         query = urlencode({"grant": grant_id, "length": length, "crc": crc, "exp": exp, "sig": self._sign(xorb, length, crc, exp, grant_id)})
@@ -108,11 +108,11 @@ class Grants:
         async with self.app.receive_xorb(request, length, crc=True) as received:
             if received.length != length:
                 raise RequestRefused(400, f"the grant is for {length} bytes; {received.length} arrived")
-            if await run_in_threadpool(received.verifier.crc64, length) != crc:
+            if await in_worker(received.verifier.crc64, length) != crc:
                 raise RequestRefused(400, "BadDigest: the body does not match the granted CRC-64/NVME checksum")
-            if await run_in_threadpool(self.app.store.xorb_layout, xorb) is not None:
+            if await in_worker(self.app.store.xorb_layout, xorb) is not None:
                 raise RequestRefused(412, "this xorb is stored already")
-            inserted = await run_in_threadpool(self.app.store_received_xorb, xorb, received)
+            inserted = await in_worker(self.app.store_received_xorb, xorb, received)
         if not inserted:
             raise RequestRefused(412, "this xorb is stored already")
         return Response(status_code=200)
@@ -124,8 +124,8 @@ class Grants:
             grant_id = request.path_params["grant"]
             if len(grant_id) != 32 or not all(c in "0123456789abcdef" for c in grant_id):
                 raise RequestRefused(404, "no such grant")
-            await run_in_threadpool(self._commit_staged, xorb, grant_id)
-        if await run_in_threadpool(self.app.store.xorb_layout, xorb) is None:
+            await in_worker(self._commit_staged, xorb, grant_id)
+        if await in_worker(self.app.store.xorb_layout, xorb) is None:
             raise RequestRefused(404, "no uploaded data for this grant")
         return JSONResponse({"was_inserted": True})
 

@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Collection
 from typing import Protocol
 from urllib.parse import urlencode
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -39,6 +38,7 @@ from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE
 from ..storage.cas_store import CasStore, StoredFile
 from .auth import KINDS, AuthError, Claims, Signer, presented_token
 from .errors import RequestRefused, error_response, lfs_error_response
+from .worker_threads import in_worker
 
 REPO_KINDS = ("models", "datasets", "spaces")
 STANDALONE_REPO_ALIAS = "git-xet"
@@ -132,7 +132,7 @@ class HubEmulation:
         except RequestRefused as exc:
             return lfs_error_response(exc.status, exc.message)
         try:
-            operation, objects, transfers = await run_in_threadpool(_parse_batch, body)
+            operation, objects, transfers = await in_worker(_parse_batch, body)
         except ValueError as exc:
             return lfs_error_response(422, f"malformed batch request: {exc}")
         if len(objects) > MAX_BATCH_OBJECTS:
@@ -148,7 +148,7 @@ class HubEmulation:
         token, exp = self.cas.signer.mint_cas(claims, needed, self.cas.config.cas_token_ttl)
         session = str(uuid.uuid4())
         valid = [o["oid"].lower() for o in objects if self._valid(o)]
-        stored_by_oid = await run_in_threadpool(self._lookup, repo, valid)
+        stored_by_oid = await in_worker(self._lookup, repo, valid)
         out = []
         for obj in objects:
             if not self._valid(obj):
@@ -225,7 +225,7 @@ class HubEmulation:
         except (KeyError, ValueError):
             return error_response(RequestRefused(403, "not a signed download URL"))
         self.cas.signer.check_bridge(repo, file_hex, exp, sig)
-        stored = await run_in_threadpool(self._bridge_file, repo, file_hex)
+        stored = await in_worker(self._bridge_file, repo, file_hex)
         if stored is None:
             return error_response(RequestRefused(404, "file not found"))
         return self.cas.whole_file(stored)

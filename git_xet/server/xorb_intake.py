@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ..core.xorb import MAX_XORB_BODY_BYTES
 from ..core.xorb_stream import StreamingXorbVerifier
 from .http_io import body_parts
+from .worker_threads import in_worker
 
 # The largest serialized xorb verify_xorb accepts, plus room for a footer a client may send.
 MAX_XORB_BODY = MAX_XORB_BODY_BYTES + 1024 * 1024
@@ -95,7 +95,7 @@ async def receive_xorb(request: Request, buffers: ReceiveBuffers, limit: int, id
             if received - stepped >= ADVANCE_STEP and (stepping is None or stepping.done()):
                 if stepping is not None:
                     stepping.result()
-                stepping = asyncio.ensure_future(run_in_threadpool(verifier.advance, received))
+                stepping = asyncio.ensure_future(in_worker(verifier.advance, received))
                 stepped = received
         if stepping is not None:
             await stepping
