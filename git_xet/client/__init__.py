@@ -1,1 +1,8 @@
 """Client layer: talk to a XET store, either a CAS server over HTTP or a local directory."""
+
+import sys
+
+# httpx imports its command-line interface (click and pygments, ~10 ms) whenever click is
+# installed; nothing here uses it, and git-lfs starts eight agents per command. A None entry
+# makes that one import fail, which httpx expects (it then defines a stub `main`).
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
