@@ -43,8 +43,20 @@ def iter_chunk_ends(view: memoryview, *, sha256_hasher: hashlib._Hash | None = N
 
     When `sha256_hasher` is given it is updated with the whole view, in the scanning thread: each
     block is read once for both, and the consumer (BLAKE3 per chunk, plus packing during an
-    upload) has about as much work, so the two threads stay balanced.
+    upload) has about as much work, so the two threads stay balanced. A view of one block or
+    less is scanned at once, in the caller's thread: there is nothing to overlap, and a thread
+    per file would cost more than scanning a small file.
     """
+    if len(view) <= block_size:
+        chunker = Chunker()
+        found = chunker.feed(view)
+        if sha256_hasher is not None:
+            sha256_hasher.update(view)
+        last = chunker.finish()
+        yield from found
+        if last is not None:
+            yield last
+        return
     ends: queue.Queue[list[int] | BaseException | None] = queue.Queue(_QUEUE_DEPTH)
     stop = threading.Event()
 

@@ -113,3 +113,19 @@ def test_native_scan_rejects_bad_state() -> None:
         chunking.scan(b"abc", 0, MAX_CHUNK_SIZE)
     with pytest.raises(ValueError):
         chunking.scan(b"abc", 0, -1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(size=st.integers(0, 300_000), block=st.sampled_from([8192, 65536, 131072, 1 << 22]), seed=st.integers(0, 1 << 30))
+def test_file_scan_in_one_pass_or_in_blocks_agrees(size: int, block: int, seed: int) -> None:
+    """iter_chunk_ends scans a view of at most one block in the caller's thread and a larger one
+    in blocks from a scanning thread: same chunk ends and sha256 either way, as one-shot chunking."""
+    import hashlib
+
+    from git_xet.pipelines.file_hashing import iter_chunk_ends
+
+    data = random_bytes(size, seed)
+    expected = chunking.chunk_boundaries(data)
+    hasher = hashlib.sha256()
+    assert list(iter_chunk_ends(memoryview(data), sha256_hasher=hasher, block_size=block)) == expected
+    assert hasher.digest() == hashlib.sha256(data).digest()
