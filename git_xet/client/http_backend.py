@@ -25,8 +25,9 @@ from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from ..memory import xorb_range_windows
 from .backend import upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
-from .http_errors import status_error
+from .http_errors import refusal_error, status_error
 from .lfs_batch import batch_one
+from .range_get import DirectRangeReader
 from .retry import RetryPolicy, with_retries
 from .tokens import StaticToken, TokenSource
 
@@ -137,6 +138,11 @@ class _TlsOnFirstUse(httpx.BaseTransport):
             self._tls.close()
 
 
+def proxies_in_environment() -> bool:
+    """Whether HTTP(S)_PROXY / ALL_PROXY (any case) name a proxy."""
+    return any(key in ("http", "https", "all") for key in urllib.request.getproxies())
+
+
 def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     """One pooled client that honours HTTP(S)_PROXY/NO_PROXY and trusts the OS certificate
     store plus SSL_CERT_FILE/SSL_CERT_DIR (OpenSSL's default verify paths), so corporate
@@ -144,7 +150,7 @@ def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
     # With proxies in the environment httpx makes their transports (it reads the environment
     # only when given no transport of ours), all verifying with this context, made now.
-    proxied = any(key in ("http", "https", "all") for key in urllib.request.getproxies())
+    proxied = proxies_in_environment()
     return httpx.Client(
         timeout=timeout or timeout_from_env(),
         trust_env=True,
@@ -156,14 +162,24 @@ def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     )
 
 
+def _new_window(size: int) -> bytearray | memoryview:
+    """A buffer for a xorb range of `size` bytes. A large one is a recycled map (see
+    memory.WindowPool): no fresh pages to fault in."""
+    pooled = _POOLED_WINDOW_MIN <= size <= xorb_range_windows().capacity
+    return xorb_range_windows().take(size) if pooled else bytearray(size)
+
+
+def _give_back_window(window: bytearray | memoryview) -> None:
+    if isinstance(window, memoryview):
+        xorb_range_windows().give_back(window)
+
+
 def _read_window(resp: httpx.Response, skip: int, size: int, *, exact: bool) -> tuple[bytearray | memoryview, int]:
     """Stream bytes [skip, skip + size) of a body into one buffer of `size` bytes: no list of
     pieces joined at the end (which briefly doubles a 16 MiB range in memory), and nothing
     outside the window is kept. With `exact`, a body longer than the window is an error;
     otherwise (a server that ignored Range) reading stops at the window's end."""
-    # A large window is a recycled map (see memory.WindowPool): no fresh pages to fault in.
-    pooled = _POOLED_WINDOW_MIN <= size <= xorb_range_windows().capacity
-    buf: bytearray | memoryview = xorb_range_windows().take(size) if pooled else bytearray(size)
+    buf = _new_window(size)
     view = memoryview(buf)
     received = 0
     for piece in resp.iter_raw():
@@ -223,6 +239,14 @@ class HttpCasBackend:
         self.policy = policy or RetryPolicy.from_env()
         self._owns_http = http is None  # a client passed in is its owner's to close
         self.http = http or make_http_client()
+        # Xorb ranges straight into their windows (client/range_get.py), on direct connections
+        # only: a client passed in (a test's transport, a caller's settings) is used as given.
+        self._direct: DirectRangeReader | None = None
+        if http is None and not proxies_in_environment():
+            timeout = self.http.timeout
+            self._direct = DirectRangeReader(
+                connect_timeout=timeout.connect or 60.0, read_timeout=timeout.read or 300.0, headers={"User-Agent": USER_AGENT}
+            )
         self._grants_offered = True  # until the server answers a grant request with 404
         self._bundles = bundles  # until the server answers a bundle with 404 (an older server)
         self._checks_sha256_claims = checks_sha256_claims
@@ -231,6 +255,8 @@ class HttpCasBackend:
         """Close the connection pool, unless it was passed in (then its owner closes it)."""
         if self._owns_http:
             self.http.close()
+        if self._direct is not None:
+            self._direct.close()
 
     @property
     def cache_key(self) -> str:
@@ -474,6 +500,10 @@ class HttpCasBackend:
         def attempt() -> bytes | bytearray | memoryview:
             # Presigned URL: exactly the signed Range, and no bearer token.
             headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", SESSION_ID: self.session_id}
+            if self._direct is not None:
+                direct = self._fetch_direct(self._direct, fetch, url, headers)
+                if direct is not None:
+                    return direct
             with self.http.stream("GET", url, headers=headers) as resp:
                 if resp.status_code == 403:
                     raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
@@ -487,3 +517,24 @@ class HttpCasBackend:
             return data
 
         return with_retries(f"download of xorb {fetch.xorb[:12]}", attempt, self.policy)
+
+    @staticmethod
+    def _fetch_direct(reader: DirectRangeReader, fetch: FetchRange, url: str, headers: dict[str, str]) -> bytearray | memoryview | None:
+        """fetch's attempt through the direct reader; None for a redirect (httpx follows it)."""
+        expected = fetch.byte_end - fetch.byte_start + 1
+        window = _new_window(expected)
+        try:
+            answer = reader.read_into(url, headers, memoryview(window), fetch.byte_start, exact=True)
+            if answer is not None and answer.status == 403:
+                raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
+            if answer is not None and answer.status not in (200, 206):
+                raise refusal_error(f"download of xorb {fetch.xorb[:12]}", answer.status, answer.error_body, answer.retry_after)
+            if answer is not None and answer.received != expected:
+                raise TransferError(f"xorb range for {fetch.xorb[:12]} truncated ({answer.received} of {expected} bytes)", retryable=True)
+        except BaseException:
+            _give_back_window(window)
+            raise
+        if answer is None:
+            _give_back_window(window)
+            return None
+        return window

@@ -12,9 +12,13 @@ def status_error(what: str, resp: httpx.Response) -> TransferError:
     """The client error for a refused request: its class from the status and the server's
     stable `code` (errors.for_status), its message from the server's error body
     (errors.error_from_body), and the server's Retry-After (honoured by client/retry.py)."""
-    body = error_from_body(resp.content)
-    message = f"{what}: HTTP {resp.status_code}{': ' + body.message if body.message else ''}"
-    value = resp.headers.get("retry-after", "")
-    retry_after = float(value) if value.replace(".", "", 1).isdigit() else None
-    error_class = for_status(resp.status_code, body.code, body.message)
-    return error_class(message, retryable=resp.status_code in RETRYABLE_STATUS, status=resp.status_code, code=body.code, retry_after=retry_after)
+    return refusal_error(what, resp.status_code, resp.content, resp.headers.get("retry-after", ""))
+
+
+def refusal_error(what: str, status: int, content: bytes, retry_after_header: str) -> TransferError:
+    """status_error from an answer's parts (for requests not made through httpx)."""
+    body = error_from_body(content)
+    message = f"{what}: HTTP {status}{': ' + body.message if body.message else ''}"
+    retry_after = float(retry_after_header) if retry_after_header.replace(".", "", 1).isdigit() else None
+    error_class = for_status(status, body.code, body.message)
+    return error_class(message, retryable=status in RETRYABLE_STATUS, status=status, code=body.code, retry_after=retry_after)

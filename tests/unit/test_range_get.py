@@ -1,0 +1,216 @@
+"""DirectRangeReader against a real HTTP/1.1 server on 127.0.0.1 whose answers each test picks."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from git_xet.client.errors import TransferError
+from git_xet.client.range_get import DirectRangeReader
+from tests.support.datagen import random_bytes
+
+DATA = random_bytes(1 << 20, 11)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.lock:
+            self.server.connections += 1
+
+    def _range(self) -> tuple[int, int]:
+        first, last = self.headers["Range"].removeprefix("bytes=").split("-")
+        return int(first), int(last)
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, length: int | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def do_GET(self) -> None:
+        self.server.requests.append((self.path, dict(self.headers)))
+        first, last = self._range()
+        path = self.path.split("?")[0]
+        if path == "/range":  # a well-behaved store
+            self._send(206, DATA[first : last + 1])
+        elif path == "/whole":  # a server that ignores Range
+            self._send(200, DATA)
+        elif path == "/longer":  # more than was asked for
+            self._send(206, DATA[first : last + 2])
+        elif path == "/cut":  # promises the range, sends half, hangs up
+            body = DATA[first : last + 1]
+            self._send(206, body[: len(body) // 2], length=len(body))
+            self.close_connection = True
+        elif path == "/expired":
+            self._send(403, b"<Error>Request has expired</Error>")
+        elif path == "/busy":
+            self._send(503, json.dumps({"error": "too busy", "code": "busy"}).encode(), {"Retry-After": "7"})
+        elif path == "/moved":
+            self._send(307, b"", {"Location": "/range"})
+        elif path == "/then-hang-up":  # answers fully, then closes the kept-alive connection
+            self._send(206, DATA[first : last + 1])
+            self.close_connection = True
+        elif path == "/stall":
+            self.send_response(206)
+            self.send_header("Content-Length", str(last - first + 1))
+            self.end_headers()
+            self.wfile.flush()
+            time.sleep(1.5)
+            self.close_connection = True
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.requests: list[tuple[str, dict[str, str]]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[_Server]:
+    srv = _Server()
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=10)
+
+
+def _reader(read_timeout: float = 30.0) -> DirectRangeReader:
+    return DirectRangeReader(connect_timeout=5.0, read_timeout=read_timeout, headers={"User-Agent": "test-agent"})
+
+
+def _get(reader: DirectRangeReader, url: str, first: int, last: int, *, exact: bool = True) -> tuple[int, bytes] | None:
+    window = bytearray(last - first + 1)
+    answer = reader.read_into(url, {"Range": f"bytes={first}-{last}", "X-Test": "1"}, memoryview(window), first, exact=exact)
+    if answer is None:
+        return None
+    return answer.status, bytes(window[: answer.received])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, len(DATA) - 1), st.integers(1, 200_000), st.sampled_from(["/range", "/whole"]))
+def test_any_range_comes_back_exactly(server: _Server, first: int, size: int, path: str) -> None:
+    last = min(len(DATA) - 1, first + size - 1)
+    reader = _reader()
+    try:
+        answer = _get(reader, server.url + path, first, last)
+    finally:
+        reader.close()
+    assert answer == (206 if path == "/range" else 200, DATA[first : last + 1])
+
+
+def test_one_connection_carries_every_range_of_a_thread_with_our_headers(server: _Server) -> None:
+    reader = _reader()
+    before = server.connections
+    for first in range(0, 500_000, 50_000):
+        assert _get(reader, server.url + "/range?sig=abc", first, first + 40_000) == (206, DATA[first : first + 40_001])
+    assert server.connections - before == 1
+    path, headers = server.requests[-1]
+    assert path == "/range?sig=abc"  # the query string (a presigned URL's signature) is sent as given
+    assert headers["User-Agent"] == "test-agent" and headers["X-Test"] == "1" and headers["Range"] == "bytes=450000-490000"
+    assert headers["Accept-Encoding"] == "identity"  # the body must come as stored
+    reader.close()
+
+
+def test_threads_do_not_share_a_connection(server: _Server) -> None:
+    reader = _reader()
+    before = server.connections
+    results: list[object] = []
+
+    def work() -> None:
+        results.extend(_get(reader, server.url + "/range", i, i + 9999) for i in range(0, 100_000, 10_000))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results, key=str) == sorted([(206, DATA[i : i + 10_000]) for i in range(0, 100_000, 10_000)] * 4, key=str)
+    assert server.connections - before == 4
+
+
+def test_a_connection_the_server_closed_is_replaced_not_reported(server: _Server) -> None:
+    reader = _reader()
+    before = server.connections
+    for first in (0, 1000, 2000):
+        assert _get(reader, server.url + "/then-hang-up", first, first + 99) == (206, DATA[first : first + 100])
+    assert server.connections - before == 3
+
+
+def test_whole_answer_of_a_server_ignoring_range_is_cut_to_the_window_and_not_reused(server: _Server) -> None:
+    reader = _reader()
+    before = server.connections
+    assert _get(reader, server.url + "/whole", 700_000, 700_099) == (200, DATA[700_000:700_100])
+    assert _get(reader, server.url + "/whole", 0, 99) == (200, DATA[:100])  # stopped early: a new connection
+    assert server.connections - before == 2
+
+
+def test_a_range_longer_than_asked_is_refused(server: _Server) -> None:
+    with pytest.raises(TransferError, match="longer than the 100 bytes") as caught:
+        _get(_reader(), server.url + "/longer", 0, 99)
+    assert caught.value.retryable
+
+
+def test_a_cut_body_reports_what_arrived(server: _Server) -> None:
+    assert _get(_reader(), server.url + "/cut", 0, 9999) == (206, DATA[:5000])
+
+
+def test_refusals_carry_status_body_and_retry_after(server: _Server) -> None:
+    reader = _reader()
+    window = memoryview(bytearray(10))
+    expired = reader.read_into(server.url + "/expired", {"Range": "bytes=0-9"}, window, 0, exact=True)
+    assert expired is not None and expired.status == 403 and b"expired" in expired.error_body
+    busy = reader.read_into(server.url + "/busy", {"Range": "bytes=0-9"}, window, 0, exact=True)
+    assert busy is not None and (busy.status, busy.retry_after, json.loads(busy.error_body)["code"]) == (503, "7", "busy")
+
+
+def test_a_redirect_is_left_to_the_caller(server: _Server) -> None:
+    assert _get(_reader(), server.url + "/moved", 0, 9) is None
+
+
+def test_a_stalled_answer_times_out_as_a_retryable_error(server: _Server) -> None:
+    with pytest.raises(TransferError) as caught:
+        _get(_reader(read_timeout=0.3), server.url + "/stall", 0, 9)
+    assert caught.value.retryable and "timed out" in str(caught.value)
+
+
+def test_nobody_listening_is_a_retryable_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    with pytest.raises(TransferError) as caught:
+        _get(_reader(), f"http://127.0.0.1:{port}/range", 0, 9)
+    assert caught.value.retryable and f"127.0.0.1:{port}" in str(caught.value)
+
+
+def test_only_http_urls_are_fetched() -> None:
+    with pytest.raises(TransferError, match="file URL") as caught:
+        _get(_reader(), "file:///etc/passwd", 0, 9)
+    assert not caught.value.retryable
