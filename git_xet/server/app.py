@@ -73,8 +73,6 @@ MAX_CONCURRENT_VALIDATIONS = 2
 SMALL_SHARD_BYTES = 64 * 1024
 SMALL_SHARD_CHUNKS = 64
 REVOCATION_CACHE_SECONDS = 1.0
-# Responses are streamed in pieces of this size, so a slow reader holds at most one.
-RESPONSE_PIECE = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -190,10 +188,12 @@ class CasApp:
         return JSONResponse(body, headers={"Cache-Control": "private, no-store"})
 
     def iter_range(self, xorb: str, start: int, end: int):
-        """Bytes [start, end] of a stored xorb in RESPONSE_PIECE pieces (read in a worker thread)."""
+        """Bytes [start, end] of a stored xorb in pieces of the object store's read_piece (read
+        in a worker thread), so a slow reader holds at most one."""
+        step = self.store.objects.read_piece
         pos = start
         while pos <= end:
-            piece = self.store.read_xorb_range(xorb, pos, min(end, pos + RESPONSE_PIECE - 1))
+            piece = self.store.read_xorb_range(xorb, pos, min(end, pos + step - 1))
             if not piece:
                 return
             yield piece

@@ -40,10 +40,6 @@ from .work_budget import check_reference_budget
 
 # How often (in bytes of file content) a sha256 verification reports progress.
 PROGRESS_STEP = 8 * 1024 * 1024
-# The most bytes of a xorb read at once when a stored file is read back (see iter_file_bytes):
-# under glibc's largest dynamic mmap threshold (32 MiB), so the buffers are reused, and few
-# range requests per 64 MiB xorb when the objects are in a bucket.
-READ_PIECE = 16 * 1024 * 1024
 
 log = logging.getLogger("git_xet.storage")
 # Chunks a shard's files may reference in all: 512 GiB of file data at the 64 KiB average chunk.
@@ -59,14 +55,14 @@ SHARD_IN_INDEX_BELOW = 64 * 1024
 STAGED_UPLOADS = "uploads/"
 
 
-def _read_pieces(layout: XorbLayout, chunk_start: int, chunk_end: int) -> Iterator[tuple[int, int]]:
-    """Chunk runs [first, stop) covering [chunk_start, chunk_end), each at most READ_PIECE
-    bytes of records (or one chunk, if larger)."""
+def _read_pieces(layout: XorbLayout, chunk_start: int, chunk_end: int, piece: int) -> Iterator[tuple[int, int]]:
+    """Chunk runs [first, stop) covering [chunk_start, chunk_end), each at most `piece` bytes
+    of records (or one chunk, if larger)."""
     first = chunk_start
     while first < chunk_end:
         base = layout.byte_ends[first - 1] if first else 0
         stop = first + 1
-        while stop < chunk_end and layout.byte_ends[stop] - base <= READ_PIECE:
+        while stop < chunk_end and layout.byte_ends[stop] - base <= piece:
             stop += 1
         yield first, stop
         first = stop
@@ -396,15 +392,15 @@ class CasStore:
 
     def iter_file_bytes(self, stored: StoredFile, verify: bool = True) -> Iterator[bytes | memoryview]:
         """The file's bytes, term by term, each chunk checked against its stored hash (unless
-        not `verify`: see _sha256_of). A term is read in pieces of at most READ_PIECE bytes:
-        a 64 MiB read is a fresh allocation every time (the allocator maps and unmaps blocks
-        that large, and each page faults in again), a piece a reused one."""
+        not `verify`: see _sha256_of). A term is read in pieces of at most the object store's
+        read_piece bytes, never whole: a 64 MiB read is a fresh allocation every time (the
+        allocator maps and unmaps blocks that large, and each page faults in again)."""
         for term in stored.terms:
             xorb_hex = hashes.hash_to_hex(term.xorb_hash)
             layout = self.xorb_layout(xorb_hex)
             if layout is None:
                 raise Damaged(f"xorb {xorb_hex} of file {stored.file_hex} is missing")
-            for first, stop in _read_pieces(layout, term.chunk_start, term.chunk_end):
+            for first, stop in _read_pieces(layout, term.chunk_start, term.chunk_end, self.objects.read_piece):
                 start, end = layout.byte_range(first, stop)
                 data = self.read_xorb_range(xorb_hex, start, end)
                 records, _ = parse_chunk_records(data)

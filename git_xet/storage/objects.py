@@ -23,6 +23,10 @@ WRITERS_LOCK = ".writers.lock"
 
 
 class ObjectStore(Protocol):
+    # The most bytes a reader should ask read_range for at once (what one read costs differs:
+    # a system call on a directory, a request to a bucket).
+    read_piece: int
+
     def put(self, key: str, *parts: bytes | memoryview) -> None:
         """Store the concatenation of `parts` durably under `key` (all or nothing), replacing
         what was there."""
@@ -54,6 +58,11 @@ class DirectoryObjectStore:
     exclusively knows no write is under way (see remove_abandoned_temp_files). Several
     processes may write at once: the agents of a push into a local store, or a server.
     """
+
+    # Below the allocator's mmap threshold (1 MiB, memory.tune_allocator): a larger read is a
+    # fresh map whose every page faults in (the server's sha256 pass over a stored 256 MiB file
+    # took 0.32 s in 16 MiB reads, 0.19 s in 512 KiB ones); smaller ones reuse the heap.
+    read_piece = 512 * 1024
 
     def __init__(self, root: Path, file_mode: int = 0o644) -> None:
         self.root = Path(root)

@@ -232,6 +232,8 @@ class PartsBody(io.RawIOBase):
 class S3ObjectStore:
     """ObjectStore on `s3://bucket/prefix`. Thread-safe (botocore clients are)."""
 
+    read_piece = 16 * 1024 * 1024  # each read is a request: a few per 64 MiB xorb
+
     def __init__(self, location: S3Location, config: S3Config | None = None, connection: S3Connection | None = None) -> None:
         self.location = location
         self.bucket = location.bucket
