@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -107,6 +108,13 @@ def timeout_from_env() -> httpx.Timeout:
     return httpx.Timeout(connect=min(60.0, seconds), read=seconds, write=seconds, pool=60.0) if seconds > 0 else DEFAULT_TIMEOUT
 
 
+@functools.cache
+def default_tls_context() -> ssl.SSLContext:
+    """The verifying TLS context of this process's direct connections (httpx's and the xorb
+    range reader's), made once, on first use."""
+    return ssl.create_default_context()
+
+
 class _TlsOnFirstUse(httpx.BaseTransport):
     """The client's transport for direct connections: plain HTTP at once, TLS made on the first
     https:// request. A verifying TLS context loads the system's certificates (~20 ms of CPU),
@@ -124,7 +132,7 @@ class _TlsOnFirstUse(httpx.BaseTransport):
     def _secure(self) -> httpx.HTTPTransport:
         with self._lock:
             if self._tls is None:
-                self._tls = httpx.HTTPTransport(verify=ssl.create_default_context(), limits=self._limits)
+                self._tls = httpx.HTTPTransport(verify=default_tls_context(), limits=self._limits)
             return self._tls
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -245,7 +253,10 @@ class HttpCasBackend:
         if http is None and not proxies_in_environment():
             timeout = self.http.timeout
             self._direct = DirectRangeReader(
-                connect_timeout=timeout.connect or 60.0, read_timeout=timeout.read or 300.0, headers={"User-Agent": USER_AGENT}
+                connect_timeout=timeout.connect or 60.0,
+                read_timeout=timeout.read or 300.0,
+                headers={"User-Agent": USER_AGENT},
+                tls=default_tls_context,
             )
         self._grants_offered = True  # until the server answers a grant request with 404
         self._bundles = bundles  # until the server answers a bundle with 404 (an older server)

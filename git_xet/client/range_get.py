@@ -19,6 +19,7 @@ import socket
 import ssl
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import TransferError
@@ -40,24 +41,17 @@ class RangeAnswer:
 class DirectRangeReader:
     """Range GETs over http.client, one kept-alive connection per (thread, origin).
 
-    `tls` makes the TLS context for https:// origins (on first use: loading the system's
-    certificates costs ~20 ms, and most agents never need it). Timeouts: `connect_timeout`
+    `tls()` gives the TLS context for https:// origins, asked for on first use (loading the
+    system's certificates costs ~20 ms, and most agents never need it). Timeouts: `connect_timeout`
     to connect, `read_timeout` for each wait on the socket after that (a stalled transfer
     fails and the caller's retries take over)."""
 
-    def __init__(self, *, connect_timeout: float, read_timeout: float, headers: dict[str, str], tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, *, connect_timeout: float, read_timeout: float, headers: dict[str, str], tls: Callable[[], ssl.SSLContext]) -> None:
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._headers = dict(headers)
         self._tls = tls
-        self._tls_lock = threading.Lock()
         self._local = threading.local()
-
-    def _context(self) -> ssl.SSLContext:
-        with self._tls_lock:
-            if self._tls is None:
-                self._tls = ssl.create_default_context()
-            return self._tls
 
     def _connections(self) -> dict[tuple[str, str, int], http.client.HTTPConnection]:
         pool = getattr(self._local, "connections", None)
@@ -68,7 +62,7 @@ class DirectRangeReader:
     def _open(self, scheme: str, host: str, port: int) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection
         if scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=self._connect_timeout, context=self._context())
+            conn = http.client.HTTPSConnection(host, port, timeout=self._connect_timeout, context=self._tls())
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self._connect_timeout)
         conn.connect()

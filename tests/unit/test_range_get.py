@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -103,7 +104,7 @@ def server() -> Iterator[_Server]:
 
 
 def _reader(read_timeout: float = 30.0) -> DirectRangeReader:
-    return DirectRangeReader(connect_timeout=5.0, read_timeout=read_timeout, headers={"User-Agent": "test-agent"})
+    return DirectRangeReader(connect_timeout=5.0, read_timeout=read_timeout, headers={"User-Agent": "test-agent"}, tls=ssl.create_default_context)
 
 
 def _get(reader: DirectRangeReader, url: str, first: int, last: int, *, exact: bool = True) -> tuple[int, bytes] | None:
@@ -214,3 +215,26 @@ def test_only_http_urls_are_fetched() -> None:
     with pytest.raises(TransferError, match="file URL") as caught:
         _get(_reader(), "file:///etc/passwd", 0, 9)
     assert not caught.value.retryable
+
+
+def test_https_ranges_verify_the_server_certificate(tmp_path) -> None:
+    from tests.support.nginx_process import make_certificate
+
+    ca = make_certificate(tmp_path)
+    srv = _Server()
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    srv.socket = served.wrap_socket(srv.socket, server_side=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    url = f"https://localhost:{srv.server_address[1]}/range"
+    try:
+        trusting = DirectRangeReader(connect_timeout=5.0, read_timeout=30.0, headers={}, tls=lambda: ssl.create_default_context(cafile=str(ca)))
+        assert _get(trusting, url, 1000, 70_000) == (206, DATA[1000:70_001])
+        assert _get(trusting, url, 0, 9) == (206, DATA[:10])
+        with pytest.raises(TransferError, match="CERTIFICATE_VERIFY_FAILED"):
+            _get(_reader(), url, 0, 9)  # the system's store does not know the test CA
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=10)
