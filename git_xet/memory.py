@@ -48,6 +48,15 @@ def tune_allocator() -> None:
     mallopt(_M_ARENA_MAX, 2)
 
 
+def anonymous_buffer(size: int) -> mmap.mmap:
+    """A private anonymous map of `size` bytes, for a large buffer that is reused.
+
+    Not mmap.mmap(-1, size)'s default, a shared map: shared anonymous memory is shmem, whose
+    pages cost ~40% more to fault in (six 64 MiB maps written whole: 0.32 s shared, 0.23 s
+    private on the reference machine), and MADV_FREE does not apply to it."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
 class WindowPool:
     """Reusable anonymous maps for large, short-lived buffers (downloaded xorb ranges).
 
@@ -74,7 +83,7 @@ class WindowPool:
         with self._lock:
             buffer = self._spare.pop() if self._spare else None
         if buffer is None:
-            buffer = mmap.mmap(-1, self.capacity)
+            buffer = anonymous_buffer(self.capacity)
             with self._lock:
                 self.maps_made += 1
         return memoryview(buffer)[:size]

@@ -29,6 +29,7 @@ from ..client.shard_cache import ShardCache
 from ..core.hashes import XetHash, hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES, VerifiedXorb, XorbBuilder
+from ..memory import anonymous_buffer
 from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 
 log = logging.getLogger("git_xet.upload")
@@ -88,7 +89,7 @@ class _XorbBuffers:
         with self._lock:
             if self._free.empty() and self._unmade:
                 self._unmade -= 1
-                return mmap.mmap(-1, MAX_XORB_BODY_BYTES)
+                return anonymous_buffer(MAX_XORB_BODY_BYTES)
         try:
             return self._free.get_nowait()
         except queue.Empty:

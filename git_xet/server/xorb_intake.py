@@ -24,6 +24,7 @@ from starlette.requests import Request
 
 from ..core.xorb import MAX_XORB_BODY_BYTES
 from ..core.xorb_stream import StreamingXorbVerifier
+from ..memory import anonymous_buffer
 from .http_io import body_parts
 from .worker_threads import in_worker
 
@@ -49,8 +50,7 @@ class ReceiveBuffers:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        # Private: MADV_FREE applies to private anonymous memory only.
-        return mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        return anonymous_buffer(self.size)  # private: MADV_FREE applies to private anonymous memory only
 
     def give_back(self, buffer: mmap.mmap) -> None:
         with self._lock:
