@@ -1,0 +1,30 @@
+"""memory.anonymous_buffer: private anonymous memory (not mmap's default shared, shmem-backed map)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import pytest
+
+from git_xet.memory import anonymous_buffer
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_FREE"), reason="MADV_FREE is Linux-only")
+def test_buffers_are_private_anonymous_memory() -> None:
+    buffer = anonymous_buffer(4 << 20)
+    buffer[:5] = b"hello"
+    buffer.madvise(mmap.MADV_FREE)  # the kernel refuses MADV_FREE on shared memory (EINVAL)
+    with pytest.raises(OSError):
+        mmap.mmap(-1, 4 << 20).madvise(mmap.MADV_FREE)  # which is what mmap(-1, n) gives
+
+
+def test_a_forked_child_writes_its_own_copy() -> None:
+    buffer = anonymous_buffer(1 << 20)
+    buffer[:4] = b"mine"
+    pid = os.fork()
+    if pid == 0:
+        buffer[:4] = b"kids"
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert buffer[:4] == b"mine"  # a shared map would read "kids"
