@@ -10,7 +10,6 @@ import pytest
 from git_xet.memory import anonymous_buffer
 
 
-@pytest.mark.skipif(not hasattr(mmap, "MADV_FREE"), reason="MADV_FREE is Linux-only")
 def test_buffers_are_private_anonymous_memory() -> None:
     buffer = anonymous_buffer(4 << 20)
     buffer[:5] = b"hello"
