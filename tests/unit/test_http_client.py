@@ -34,6 +34,7 @@ def test_tls_is_set_up_on_the_first_https_request_only(monkeypatch: pytest.Monke
     monkeypatch.delenv("HTTPS_PROXY", raising=False)
     monkeypatch.delenv("ALL_PROXY", raising=False)
     made: list[object] = []
+    http_backend.default_tls_context.cache_clear()  # one per process: forget one an earlier test made
     real = http_backend.ssl.create_default_context
     monkeypatch.setattr(http_backend.ssl, "create_default_context", lambda *a, **k: made.append(1) or real(*a, **k))
     with http_stub(_Recorder) as url, make_http_client() as client:
