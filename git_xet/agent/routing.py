@@ -140,7 +140,7 @@ class StoreRouter:
                 from ..client.http_backend import HttpCasBackend
                 from ..client.tokens import StaticToken
 
-                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), bundles=True, checks_sha256_claims=True)  # a git xet serve
+                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), bundles=True, checks_sha256_claims=True, direct_ranges=True)  # a git xet serve
             self._backends[key] = backend
         return backend
 
@@ -163,7 +163,7 @@ class StoreRouter:
                 tokens = RefreshingToken(href, credential_headers(href), self.http(), initial)
             else:
                 tokens = StaticToken(initial[0] if initial else None)
-            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID) or str(uuid.uuid4()), http=self.http())
+            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID) or str(uuid.uuid4()), http=self.http(), direct_ranges=True)
             self._backends[key] = backend
         return backend
 
@@ -220,6 +220,6 @@ class StoreRouter:
         tokens = RefreshingToken(hub.token_route("read"), creds, self.http())
         tokens.token()  # learn the CAS URL
         cas = tokens.cas_url or hub.base
-        backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
+        backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http(), direct_ranges=True)
         self._backends[f"cas:{cas}"] = backend
         return backend, lambda oid: file_hex

@@ -236,21 +236,24 @@ class HttpCasBackend:
         http: httpx.Client | None = None,
         bundles: bool = False,
         checks_sha256_claims: bool = False,
+        direct_ranges: bool | None = None,
     ) -> None:
         """`bundles`: the server is a `git xet serve` (standalone mode), so a shard and its
         small xorbs may go in one request (core/upload_bundle.py); never sent otherwise.
         `checks_sha256_claims`: the server is one that verifies a shard's sha256 metadata
-        (a `git xet serve`; see XetBackend.checks_sha256_claims)."""
+        (a `git xet serve`; see XetBackend.checks_sha256_claims).
+        `direct_ranges`: read xorb ranges straight into their windows (client/range_get.py)
+        rather than through `http`; by default only when the backend makes its own client (one
+        passed in, such as a test's transport, then carries every request). Never when the
+        environment names a proxy."""
         self.endpoint = endpoint.rstrip("/")
         self.tokens = tokens or StaticToken(None)
         self.session_id = session_id or str(uuid.uuid4())
         self.policy = policy or RetryPolicy.from_env()
         self._owns_http = http is None  # a client passed in is its owner's to close
         self.http = http or make_http_client()
-        # Xorb ranges straight into their windows (client/range_get.py), on direct connections
-        # only: a client passed in (a test's transport, a caller's settings) is used as given.
         self._direct: DirectRangeReader | None = None
-        if http is None and not proxies_in_environment():
+        if (http is None if direct_ranges is None else direct_ranges) and not proxies_in_environment():
             timeout = self.http.timeout
             self._direct = DirectRangeReader(
                 connect_timeout=timeout.connect or 60.0,

@@ -4,17 +4,23 @@ the same bytes as through httpx, and never around a proxy the environment names.
 from __future__ import annotations
 
 import socket
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
+from git_xet.agent.protocol import Transfer
+from git_xet.agent.routing import StoreRouter
 from git_xet.client.errors import TransferError
 from git_xet.client.http_backend import HttpCasBackend, make_http_client
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
+from git_xet.core.reconstruction import FetchRange
 from git_xet.memory import xorb_range_windows
 from git_xet.pipelines.upload import Uploader
 from tests.support.datagen import random_bytes
+from tests.support.http_stub import http_stub
 from tests.support.server_process import running_server
 
 ONE_TRY = RetryPolicy(max_attempts=1, base_delay=0.01)
@@ -63,3 +69,42 @@ def test_a_proxy_in_the_environment_is_never_bypassed(tmp_path: Path, monkeypatc
             HttpCasBackend(srv.url, token, policy=ONE_TRY).fetch(fetch)
         monkeypatch.delenv("HTTP_PROXY")
         assert len(_bytes(HttpCasBackend(srv.url, token, policy=ONE_TRY).fetch(fetch))) == fetch.byte_end - fetch.byte_start + 1
+
+
+class _RangeRecorder(BaseHTTPRequestHandler):
+    """Answers any range GET with zeros and notes how it was asked: http.client asks for the
+    body as it is (`Accept-Encoding: identity`), httpx offers gzip."""
+
+    encodings: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        _RangeRecorder.encodings.append(self.headers.get("Accept-Encoding", ""))
+        first, last = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+        self.send_response(206)
+        self.send_header("Content-Length", str(last - first + 1))
+        self.end_headers()
+        self.wfile.write(bytes(last - first + 1))
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_agents_stores_read_xorb_ranges_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's router gives every HTTP store its one shared httpx client; xorb ranges still
+    go straight into their windows, for a standalone server and for a negotiated (Hub) CAS."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    _RangeRecorder.encodings = []
+    with http_stub(_RangeRecorder) as url:
+        fetch = FetchRange("ab" * 32, 0, 1, 0, 9_999, url=f"{url}/xorb")
+        router = StoreRouter("origin")
+        monkeypatch.setenv("GIT_XET_ENDPOINT", url)
+        standalone, _ = router.route(Transfer("download", "cd" * 32, 10_000_000, None, None))
+        monkeypatch.delenv("GIT_XET_ENDPOINT")
+        negotiated, _ = router.route(Transfer("download", "cd" * 32, 10_000_000, None, {"href": url, "header": {"X-Xet-Cas-Url": url}}))
+        assert standalone is not None and standalone is not negotiated
+        for backend in (standalone, negotiated):
+            assert _bytes(backend.fetch(fetch)) == bytes(10_000)
+        through_httpx = HttpCasBackend(url, http=make_http_client())  # a client passed in carries everything
+        assert _bytes(through_httpx.fetch(fetch)) == bytes(10_000)
+    assert _RangeRecorder.encodings[:2] == ["identity", "identity"] and "gzip" in _RangeRecorder.encodings[2]
