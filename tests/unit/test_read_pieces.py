@@ -8,12 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from git_xet.storage.cas_store import _read_pieces
+from git_xet.storage.objects import DirectoryObjectStore
+from git_xet.storage.s3 import S3ObjectStore
 from git_xet.core.xorb import XorbLayout
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    piece=st.sampled_from([512 * 1024, 16 * 1024 * 1024]),  # a directory's and a bucket's read_piece
+    piece=st.sampled_from([DirectoryObjectStore.read_piece, S3ObjectStore.read_piece]),
     record_fractions=st.lists(st.floats(0.001, 1.5), min_size=1, max_size=60),
     data=st.data(),
 )
