@@ -260,6 +260,7 @@ class HttpCasBackend:
                 read_timeout=timeout.read or 300.0,
                 headers={"User-Agent": USER_AGENT},
                 tls=default_tls_context,
+                error_limit=MAX_ERROR_BYTES,
             )
         self._grants_offered = True  # until the server answers a grant request with 404
         self._bundles = bundles  # until the server answers a bundle with 404 (an older server)
@@ -538,7 +539,7 @@ class HttpCasBackend:
         expected = fetch.byte_end - fetch.byte_start + 1
         window = _new_window(expected)
         try:
-            answer = reader.read_into(url, headers, memoryview(window), fetch.byte_start, exact=True)
+            answer = reader.read_into(url, headers, memoryview(window), fetch.byte_start)
             if answer is not None and answer.status == 403:
                 raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
             if answer is not None and answer.status not in (200, 206):

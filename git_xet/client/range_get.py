@@ -44,10 +44,14 @@ class DirectRangeReader:
     `tls()` gives the TLS context for https:// origins, asked for on first use (loading the
     system's certificates costs ~20 ms, and most agents never need it). Timeouts: `connect_timeout`
     to connect, `read_timeout` for each wait on the socket after that (a stalled transfer
-    fails and the caller's retries take over)."""
+    fails and the caller's retries take over). Of a refusal's body, at most `error_limit` bytes
+    are kept (for its message)."""
 
-    def __init__(self, *, connect_timeout: float, read_timeout: float, headers: dict[str, str], tls: Callable[[], ssl.SSLContext]) -> None:
+    def __init__(
+        self, *, connect_timeout: float, read_timeout: float, headers: dict[str, str], tls: Callable[[], ssl.SSLContext], error_limit: int
+    ) -> None:
         self._connect_timeout = connect_timeout
+        self._error_limit = error_limit
         self._read_timeout = read_timeout
         self._headers = dict(headers)
         self._tls = tls
@@ -76,11 +80,11 @@ class DirectRangeReader:
             conn.close()
         self._connections().clear()
 
-    def read_into(self, url: str, headers: dict[str, str], window: memoryview, skip: int, *, exact: bool) -> RangeAnswer | None:
-        """GET `url` with `headers` and put bytes [skip, skip + len(window)) of a 200 body, or
-        the whole of a 206 body, into `window`. With `exact`, a 206 body longer than the window
-        is an error (TransferError); otherwise reading stops at the window's end. None: the
-        answer is a redirect, for the caller to follow. Connection failures raise
+    def read_into(self, url: str, headers: dict[str, str], window: memoryview, skip: int) -> RangeAnswer | None:
+        """GET `url` with `headers` and put bytes [skip, skip + len(window)) of a 200 body (a
+        server that ignored Range; reading stops at the window's end), or the whole of a 206
+        body, into `window`: a 206 body longer than the window is an error (TransferError).
+        None: the answer is a redirect, for the caller to follow. Connection failures raise
         TransferError (retryable); a half-read connection is closed, never reused."""
         parts = urllib.parse.urlsplit(url)
         scheme = parts.scheme.lower()
@@ -97,7 +101,7 @@ class DirectRangeReader:
             raise TransferError(f"connection to {parts.hostname}:{port} failed: {type(exc).__name__}: {exc}", retryable=True) from None
         conn = pool[key]
         try:
-            answer = self._read_answer(response, window, skip, exact=exact)
+            answer = self._read_answer(response, window, skip)
         except BaseException:
             pool.pop(key, None)
             conn.close()
@@ -126,16 +130,15 @@ class DirectRangeReader:
         conn.request("GET", target, headers=headers)
         return conn.getresponse()
 
-    @staticmethod
-    def _read_answer(response: http.client.HTTPResponse, window: memoryview, skip: int, *, exact: bool) -> RangeAnswer | None:
+    def _read_answer(self, response: http.client.HTTPResponse, window: memoryview, skip: int) -> RangeAnswer | None:
         status = response.status
         if status in _REDIRECTS:
             return None
-        if status not in (200, 206):
-            return RangeAnswer(status, error_body=response.read(64 * 1024), retry_after=response.getheader("retry-after", ""))
         if status == 206:
             skip = 0  # the range asked for, from its first byte
         try:
+            if status not in (200, 206):
+                return RangeAnswer(status, error_body=response.read(self._error_limit), retry_after=response.getheader("retry-after", ""))
             while skip:
                 skipped = len(response.read(min(skip, 1 << 20)))
                 if not skipped:
@@ -148,7 +151,7 @@ class DirectRangeReader:
                 if not n:
                     break
                 received += n
-            if received == size and exact and status == 206 and response.read(1):
+            if received == size and status == 206 and response.read(1):
                 raise TransferError(f"xorb range longer than the {size} bytes asked for", retryable=True)
         except (OSError, http.client.HTTPException) as exc:
             raise TransferError(f"download interrupted: {type(exc).__name__}: {exc}", retryable=True) from None

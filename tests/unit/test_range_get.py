@@ -64,6 +64,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(403, b"<Error>Request has expired</Error>")
         elif path == "/busy":
             self._send(503, json.dumps({"error": "too busy", "code": "busy"}).encode(), {"Retry-After": "7"})
+        elif path == "/busy-cut":  # a refusal whose body never fully arrives
+            self._send(503, b"too bu", length=100)
+            self.close_connection = True
         elif path == "/moved":
             self._send(307, b"", {"Location": "/range"})
         elif path == "/then-hang-up":  # answers fully, then closes the kept-alive connection
@@ -104,12 +107,12 @@ def server() -> Iterator[_Server]:
 
 
 def _reader(read_timeout: float = 30.0) -> DirectRangeReader:
-    return DirectRangeReader(connect_timeout=5.0, read_timeout=read_timeout, headers={"User-Agent": "test-agent"}, tls=ssl.create_default_context)
+    return DirectRangeReader(connect_timeout=5.0, read_timeout=read_timeout, headers={"User-Agent": "test-agent"}, tls=ssl.create_default_context, error_limit=64 * 1024)
 
 
-def _get(reader: DirectRangeReader, url: str, first: int, last: int, *, exact: bool = True) -> tuple[int, bytes] | None:
+def _get(reader: DirectRangeReader, url: str, first: int, last: int) -> tuple[int, bytes] | None:
     window = bytearray(last - first + 1)
-    answer = reader.read_into(url, {"Range": f"bytes={first}-{last}", "X-Test": "1"}, memoryview(window), first, exact=exact)
+    answer = reader.read_into(url, {"Range": f"bytes={first}-{last}", "X-Test": "1"}, memoryview(window), first)
     if answer is None:
         return None
     return answer.status, bytes(window[: answer.received])
@@ -186,9 +189,9 @@ def test_a_cut_body_reports_what_arrived(server: _Server) -> None:
 def test_refusals_carry_status_body_and_retry_after(server: _Server) -> None:
     reader = _reader()
     window = memoryview(bytearray(10))
-    expired = reader.read_into(server.url + "/expired", {"Range": "bytes=0-9"}, window, 0, exact=True)
+    expired = reader.read_into(server.url + "/expired", {"Range": "bytes=0-9"}, window, 0)
     assert expired is not None and expired.status == 403 and b"expired" in expired.error_body
-    busy = reader.read_into(server.url + "/busy", {"Range": "bytes=0-9"}, window, 0, exact=True)
+    busy = reader.read_into(server.url + "/busy", {"Range": "bytes=0-9"}, window, 0)
     assert busy is not None and (busy.status, busy.retry_after, json.loads(busy.error_body)["code"]) == (503, "7", "busy")
 
 
@@ -229,7 +232,7 @@ def test_https_ranges_verify_the_server_certificate(tmp_path) -> None:
     thread.start()
     url = f"https://localhost:{srv.server_address[1]}/range"
     try:
-        trusting = DirectRangeReader(connect_timeout=5.0, read_timeout=30.0, headers={}, tls=lambda: ssl.create_default_context(cafile=str(ca)))
+        trusting = DirectRangeReader(connect_timeout=5.0, read_timeout=30.0, headers={}, tls=lambda: ssl.create_default_context(cafile=str(ca)), error_limit=64 * 1024)
         assert _get(trusting, url, 1000, 70_000) == (206, DATA[1000:70_001])
         assert _get(trusting, url, 0, 9) == (206, DATA[:10])
         with pytest.raises(TransferError, match="CERTIFICATE_VERIFY_FAILED"):
@@ -238,3 +241,8 @@ def test_https_ranges_verify_the_server_certificate(tmp_path) -> None:
         srv.shutdown()
         srv.server_close()
         thread.join(timeout=10)
+
+
+def test_a_refusal_cut_short_still_reports_its_status(server: _Server) -> None:
+    answer = _reader().read_into(server.url + "/busy-cut", {"Range": "bytes=0-9"}, memoryview(bytearray(10)), 0)
+    assert answer is not None and (answer.status, answer.error_body) == (503, b"too bu")
