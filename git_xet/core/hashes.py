@@ -38,19 +38,23 @@ _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 XetHash = NewType("XetHash", bytes)
 
 
+# The four little-endian u64 lanes of a hash, converted in one call each way (a store turns
+# hashes to and from text several times per object it touches).
+_LANES = struct.Struct("<4Q")
+
+
 def hash_to_hex(digest: bytes) -> str:
     """The XET string form: four little-endian u64 lanes, each as 16 hex digits."""
     if len(digest) != HASH_SIZE:
         raise FormatError(f"a hash is {HASH_SIZE} bytes, got {len(digest)}")
-    return "".join(digest[i : i + 8][::-1].hex() for i in range(0, HASH_SIZE, 8))
+    return "{:016x}{:016x}{:016x}{:016x}".format(*_LANES.unpack(digest))
 
 
 def hex_to_hash(text: str) -> XetHash:
     """Inverse of hash_to_hex; rejects anything but exactly 64 hex digits."""
     if len(text) != 2 * HASH_SIZE or not _HEX_DIGITS.issuperset(text):
         raise FormatError(f"not a 64-digit hex hash: {text[:80]!r}")
-    raw = bytes.fromhex(text)
-    return XetHash(b"".join(raw[i : i + 8][::-1] for i in range(0, HASH_SIZE, 8)))
+    return XetHash(_LANES.pack(int(text[0:16], 16), int(text[16:32], 16), int(text[32:48], 16), int(text[48:64], 16)))
 
 
 def is_hash_hex(text: str) -> bool:

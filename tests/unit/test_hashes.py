@@ -20,6 +20,8 @@ def test_hash_string_round_trip(digest: bytes) -> None:
     assert hashes.is_hash_hex(text)
     assert hashes.hex_to_hash(text) == digest
     assert hashes.hex_to_hash(text.upper()) == digest
+    # The definition, lane by lane: each 8-byte lane reversed (little-endian u64), as hex.
+    assert text == "".join(digest[i : i + 8][::-1].hex() for i in range(0, 32, 8))
 
 
 def test_hex_to_hash_rejects_malformed() -> None:
@@ -27,7 +29,7 @@ def test_hex_to_hash_rejects_malformed() -> None:
 
     from git_xet.core.errors import FormatError
 
-    for bad in ["", "00" * 31, "zz" * 32, "../" + "0" * 61, "0" * 65]:
+    for bad in ["", "00" * 31, "zz" * 32, "../" + "0" * 61, "0" * 65, "0_" * 32, " " + "0" * 63, "+" + "0" * 63]:
         with pytest.raises(FormatError):
             hashes.hex_to_hash(bad)
         assert not hashes.is_hash_hex(bad)
