@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -19,27 +21,40 @@ TEMP_SUFFIX = ".tmp"  # what a writer killed mid-write leaves behind: `.<name>.<
 WRITE_PIECE = 64 << 10
 
 
-@contextmanager
-def atomic_output(path: Path, *, mode: int = 0o644, replace: bool = True, durable: bool = True) -> Iterator[BinaryIO]:
-    """A file to write that appears at `path` whole, or not at all, even after a crash.
+# Directories this process made or found (so a write into one does not ask again: each system
+# call is a GIL release, which a busy server pays for in thread switches). Forgotten when one
+# turns out to be gone, and bounded: it is a cache, never the truth.
+_KNOWN_DIRS: set[str] = set()
+_KNOWN_DIRS_MAX = 4096
 
-    Writes go to a temp file in the same directory; on success it is fsynced, given `mode`,
-    renamed over `path` and the directory fsynced. On any error the temp file is removed.
-    With replace=False an existing `path` wins: FileExistsError is raised and it is left
-    untouched (the temp file is hard-linked into place, which fails atomically if `path`
-    exists: of racing writers exactly one succeeds). durable=False skips the fsyncs, for files
-    whose loss in a crash costs nothing (a download git-lfs will verify and move anyway): the
-    file still appears whole or not at all to every reader.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+
+def _temp_file_in(directory: Path, name: str) -> tuple[int, str]:
+    """A new temp file (descriptor, path) in `directory`, made first if need be."""
+    key = str(directory)
+    if key not in _KNOWN_DIRS:
+        directory.mkdir(parents=True, exist_ok=True)
+        if len(_KNOWN_DIRS) >= _KNOWN_DIRS_MAX:
+            _KNOWN_DIRS.clear()
+        _KNOWN_DIRS.add(key)
     try:
-        with os.fdopen(fd, "wb") as out:
-            yield out
-            out.flush()
+        return tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=TEMP_SUFFIX)
+    except FileNotFoundError:  # removed since we saw it
+        _KNOWN_DIRS.discard(key)
+        directory.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=TEMP_SUFFIX)
+
+
+@contextmanager
+def _atomic_descriptor(path: Path, *, mode: int, replace: bool, durable: bool) -> Iterator[int]:
+    """atomic_output's work on a raw descriptor (see there)."""
+    fd, tmp = _temp_file_in(path.parent, path.name)
+    try:
+        try:
+            yield fd
             if durable:
-                os.fsync(out.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.chmod(tmp, mode)
         if replace:
             os.replace(tmp, path)
@@ -61,11 +76,54 @@ def atomic_output(path: Path, *, mode: int = 0o644, replace: bool = True, durabl
         os.close(dir_fd)
 
 
+@contextmanager
+def atomic_output(path: Path, *, mode: int = 0o644, replace: bool = True, durable: bool = True) -> Iterator[BinaryIO]:
+    """A file to write that appears at `path` whole, or not at all, even after a crash.
+
+    Writes go to a temp file in the same directory; on success it is fsynced, given `mode`,
+    renamed over `path` and the directory fsynced. On any error the temp file is removed.
+    With replace=False an existing `path` wins: FileExistsError is raised and it is left
+    untouched (the temp file is hard-linked into place, which fails atomically if `path`
+    exists: of racing writers exactly one succeeds). durable=False skips the fsyncs, for files
+    whose loss in a crash costs nothing (a download git-lfs will verify and move anyway): the
+    file still appears whole or not at all to every reader.
+    """
+    with _atomic_descriptor(Path(path), mode=mode, replace=replace, durable=durable) as fd, os.fdopen(fd, "wb", closefd=False) as out:
+        yield out
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def atomic_write(path: Path, *parts: bytes | memoryview, mode: int = 0o644, replace: bool = True) -> None:
     """Write the concatenation of `parts` atomically (see atomic_output), in WRITE_PIECE
-    writes. Several parts avoid building one big buffer (e.g. a xorb body and its footer)."""
-    with atomic_output(path, mode=mode, replace=replace) as out:
+    writes straight to the descriptor (no buffered file object: fewer system calls per small
+    object). Several parts avoid building one big buffer (e.g. a xorb body and its footer)."""
+    with _atomic_descriptor(Path(path), mode=mode, replace=replace, durable=True) as fd:
         for part in parts:
             view = memoryview(part).cast("B")
             for start in range(0, len(view), WRITE_PIECE):
-                out.write(view[start : start + WRITE_PIECE])
+                _write_all(fd, view[start : start + WRITE_PIECE])
+
+
+@contextmanager
+def held_flock(lock_file: Path | str, operation: int = fcntl.LOCK_EX, *, mode: int = 0o600) -> Iterator[None]:
+    """`flock(operation)` on `lock_file` (made with `mode` if missing) for the block; closing
+    the descriptor releases it."""
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, mode)
+    try:
+        fcntl.flock(fd, operation)
+        yield
+    finally:
+        os.close(fd)
+
+
+def opening_lock(database: Path) -> contextlib.AbstractContextManager[None]:
+    """Held (across processes: `flock` on `<database>.opening`) while a process opens a SQLite
+    file that others may be opening at the same moment. The first opener switches a new file
+    to WAL and writes its schema; SQLite refuses a concurrent switch at once ("database is
+    locked", without its busy wait) and can show another opener a half-made schema. Opening an
+    existing file holds it for a few system calls."""
+    return held_flock(f"{database}.opening")

@@ -7,15 +7,15 @@ is the embedded default; an object-storage backend maps `put_new` to a condition
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from ..fsutil import TEMP_SUFFIX, atomic_write
+from ..fsutil import TEMP_SUFFIX, atomic_write, held_flock
 
 log = logging.getLogger("git_xet.storage")
 
@@ -69,6 +69,7 @@ class DirectoryObjectStore:
     def __init__(self, root: Path, file_mode: int = 0o644) -> None:
         self.root = Path(root)
         self.file_mode = file_mode  # 0600 for a server's private data directory
+        self._root_made = False
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -76,15 +77,11 @@ class DirectoryObjectStore:
             raise ValueError(f"unsafe object key {key!r}")
         return self.root.joinpath(*parts)
 
-    @contextmanager
-    def _writing(self, mode: int) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / WRITERS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, mode)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
+    def _writing(self, operation: int) -> contextlib.AbstractContextManager[None]:
+        if not self._root_made:  # once per store object, not per write
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._root_made = True
+        return held_flock(self.root / WRITERS_LOCK, operation, mode=0o644)
 
     def put(self, key: str, *parts: bytes | memoryview) -> None:
         with self._writing(fcntl.LOCK_SH):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import tempfile
 from pathlib import Path
@@ -15,17 +14,13 @@ from git_xet import fsutil
 from git_xet.fsutil import WRITE_PIECE, atomic_write
 
 
-WRITES: list[int] = []  # sizes of the write() calls the file received
+WRITES: list[int] = []  # sizes of the write() calls the kernel was handed
+_real_write = os.write
 
 
-class _Recording(io.FileIO):
-    def write(self, data) -> int:  # type: ignore[override]
-        WRITES.append(len(memoryview(data)))
-        return super().write(data)
-
-
-def _recording_fdopen(fd: int, mode: str = "rb", *args, **kwargs):
-    return io.BufferedWriter(_Recording(fd, "wb"))
+def _recording_write(fd: int, data) -> int:
+    WRITES.append(len(memoryview(data)))
+    return _real_write(fd, data)
 
 
 sizes = st.integers(0, 3 * WRITE_PIECE + 7)
@@ -38,7 +33,7 @@ def test_writes_are_bounded_and_the_file_is_exact(parts: list[tuple[int, bool]])
     given_parts = [memoryview(b) if as_view else b for b, (_, as_view) in zip(bodies, parts)]
     WRITES.clear()
     with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fsutil.os, "fdopen", _recording_fdopen)
+        mp.setattr(fsutil.os, "write", _recording_write)
         path = Path(d) / "sub" / "object"
         atomic_write(path, *given_parts)
         assert path.read_bytes() == b"".join(bodies)
@@ -53,3 +48,20 @@ def test_an_existing_object_wins_without_replace(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError):
         atomic_write(path, os.urandom(2 * WRITE_PIECE), replace=False)
     assert path.read_bytes() == b"first" and [p.name for p in tmp_path.iterdir()] == ["object"]
+
+
+def test_a_directory_removed_after_a_write_is_made_again(tmp_path: Path) -> None:
+    """The process remembers directories it wrote into; one deleted since (gc emptied it) is
+    not a failure."""
+    first = tmp_path / "shelf" / "one"
+    atomic_write(first, b"1")
+    first.unlink()
+    first.parent.rmdir()
+    atomic_write(tmp_path / "shelf" / "two", b"2")
+    assert (tmp_path / "shelf" / "two").read_bytes() == b"2"
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
+    with pytest.raises(TypeError):  # the second part is no buffer: found after the first is written
+        atomic_write(tmp_path / "object", b"start", 12345)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
