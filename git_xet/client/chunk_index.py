@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ..core.hashes import XetHash, hmac_chunk_hash, is_global_dedup_eligible
 from ..core.shard import NO_EXPIRY, Shard
+from ..fsutil import opening_lock
 
 log = logging.getLogger("git_xet.cache")
 
@@ -107,7 +108,10 @@ class ChunkIndex:
     """One store's dedup index. Thread-safe (a SQLite connection per thread); any number of
     processes may open the same file and read and write at once."""
 
-    def __init__(self, path: Path, *, max_bytes: int) -> None:
+    def __init__(self, path: Path, *, max_bytes: int, replace_damaged: bool = False) -> None:
+        """Open (or create) the index at `path`. With `replace_damaged`, a file SQLite finds
+        damaged (not a database, malformed) is deleted and a new index made in its place, under
+        the same opening lock, so that agents finding it damaged together replace it once."""
         self.path = Path(path)
         self.max_bytes = max_bytes
         self._local = threading.local()
@@ -118,6 +122,22 @@ class ChunkIndex:
         self._keys_read = float("-inf")
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # git-lfs starts eight agents at once: on a fresh cache they all open it together.
+        with opening_lock(self.path):
+            try:
+                self._open_schema()
+            except sqlite3.OperationalError:
+                raise  # locked, busy, unreadable for now: not damage
+            except sqlite3.DatabaseError as exc:
+                if not replace_damaged:
+                    raise
+                log.warning("the shard cache %s is unreadable (%s); starting an empty one", self.path, exc)
+                self._close_connections()
+                for damaged in (self.path, self.path.with_name(self.path.name + "-wal"), self.path.with_name(self.path.name + "-shm")):
+                    damaged.unlink(missing_ok=True)
+                self._open_schema()
+
+    def _open_schema(self) -> None:
         conn = self._connection()
         # Opening an existing index only reads: it never waits for a writer.
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
@@ -131,12 +151,15 @@ class ChunkIndex:
         index._tmp = tmp
         return index
 
-    def close(self) -> None:
+    def _close_connections(self) -> None:
         with self._lock:
             connections, self._connections = self._connections, []
         for conn in connections:
             conn.close()
         self._local = threading.local()
+
+    def close(self) -> None:
+        self._close_connections()
         if self._tmp is not None:
             self._tmp.cleanup()
 

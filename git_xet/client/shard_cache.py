@@ -59,13 +59,14 @@ class ShardCache:
         if self._index is None:
             path = self.dir / INDEX_FILE
             try:
-                self._index = ChunkIndex(path, max_bytes=self.max_bytes)
-            except sqlite3.DatabaseError as exc:
-                # Not a crash left-over (SQLite recovers those) but a damaged file: start afresh.
-                log.warning("the shard cache %s is unreadable (%s); starting an empty one", path, exc)
-                for damaged in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-                    damaged.unlink(missing_ok=True)
-                self._index = ChunkIndex(path, max_bytes=self.max_bytes)
+                # A damaged file (not a crash left-over: SQLite recovers those) is replaced.
+                self._index = ChunkIndex(path, max_bytes=self.max_bytes, replace_damaged=True)
+            except sqlite3.OperationalError as exc:
+                # Locked past the timeout, or unreadable for now: other agents may be using it,
+                # so it is left alone, and this process deduplicates against its own uploads only.
+                log.warning("the shard cache %s cannot be opened now (%s); going on without it", path, exc)
+                self._index = ChunkIndex.temporary()
+                return self._index
             self._import_legacy_shards(self._index)
         return self._index
 

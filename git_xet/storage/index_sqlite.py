@@ -1,4 +1,5 @@
-"""The embedded index: one SQLite file in the data directory (WAL, one connection per thread).
+"""The embedded index: one SQLite file in the data directory (WAL; reads on a connection per
+thread, writes on one connection shared under the write lock).
 
 SQLite has one writer at a time (BEGIN IMMEDIATE), which is what makes `before_insert` in
 add_xorb exclusive; several processes may share the file (the agents of a push into a local
@@ -30,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.xorb import XorbLayout
+from ..fsutil import opening_lock
 from .errors import Conflict, Misconfigured
 from .index_base import COLUMNS, DEFAULT_REPO, TABLES, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
@@ -101,17 +103,20 @@ DROP INDEX IF EXISTS files_by_sha256;
 
 
 class SqliteIndex:
-    """MetadataIndex in one SQLite file. Thread-safe: one connection per thread."""
+    """MetadataIndex in one SQLite file. Thread-safe: reads on one connection per thread,
+    writes on one shared by all (under the write lock)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._local = threading.local()
         self._write_lock = threading.Lock()
         self._lock_fd: int | None = None
+        self._shared_writer: sqlite3.Connection | None = None
         self._sync_lock = threading.Lock()  # one WAL fsync at a time in this process
         self._commits = 0  # commits of this process so far
         self._synced = 0  # how many of them an fsync has covered
-        self._migrate()
+        with opening_lock(self.path):  # the agents of a first push into a new local store open it together
+            self._migrate()
 
     def __repr__(self) -> str:
         return f"SqliteIndex({str(self.path)!r})"
@@ -141,14 +146,25 @@ class SqliteIndex:
                         db.executemany("INSERT OR IGNORE INTO xorb_refs VALUES (?, ?)", [(x, file_hex) for x in xorbs_of(unpack_terms(blob))])
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def _connect(self, *, shared: bool = False) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=not shared)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # the WAL fsync at commit is ours: see _sync_wal
+        return conn
+
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")  # the WAL fsync at commit is ours: see _sync_wal
-            self._local.conn = conn
+            conn = self._local.conn = self._connect()
         return conn
+
+    def _writer_connection(self) -> sqlite3.Connection:
+        """The one connection this process writes through (under the write lock), whichever
+        thread writes: its page cache stays valid from one transaction to the next, where a
+        connection per thread reloads the pages another one changed meanwhile."""
+        if self._shared_writer is None:
+            self._shared_writer = self._connect(shared=True)
+        return self._shared_writer
 
     @contextmanager
     def _writer(self) -> Iterator[None]:
@@ -167,8 +183,8 @@ class SqliteIndex:
         """A write transaction: committed on success (durable when this returns), rolled back
         on any error. `synced=False` skips the WAL fsync: that commit is durable only once a
         later synced one (or a checkpoint) is (see the module docstring for who may use that)."""
-        conn = self._connection()
         with self._writer():
+            conn = self._writer_connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -209,6 +225,10 @@ class SqliteIndex:
         if conn is not None:
             conn.close()
             self._local.conn = None
+        with self._write_lock:
+            if self._shared_writer is not None:
+                self._shared_writer.close()
+                self._shared_writer = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

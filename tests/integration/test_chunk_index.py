@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -332,8 +333,6 @@ def test_a_damaged_cache_file_is_replaced_and_an_unwritable_one_is_skipped(tmp_p
     cache.close()
 
     # Another connection holds the write lock past the timeout: add() warns and returns.
-    import sqlite3
-
     index = ChunkIndex(cache.dir / INDEX_FILE, max_bytes=BIG)
     index._connection().execute("PRAGMA busy_timeout = 100")
     holder = sqlite3.connect(cache.dir / INDEX_FILE, isolation_level=None)
@@ -345,6 +344,38 @@ def test_a_damaged_cache_file_is_replaced_and_an_unwritable_one_is_skipped(tmp_p
         holder.close()
     assert "could not record a shard" in caplog.text
     assert index.usage()[0] == 1
+
+
+def test_a_cache_that_cannot_be_opened_now_is_left_alone(tmp_path: Path, caplog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy or unreadable-for-now cache (SQLite's OperationalError: locked past the timeout,
+    an I/O error) is not damage: other agents may be using it, so it is never deleted; this
+    process goes on with a private index. (The lock is faked: holding one past SQLite's 60 s
+    timeout would make a minute-long test.)"""
+    cache = ShardCache(tmp_path, "endpoint")
+    kept = _xorb(random.Random(10))
+    cache.add(Shard(cas=(kept,)))
+    cache.close()
+
+    shared = cache.dir / INDEX_FILE
+    open_schema = ChunkIndex._open_schema
+
+    def locked(self: ChunkIndex) -> None:
+        if self.path == shared:
+            raise sqlite3.OperationalError("database is locked")
+        open_schema(self)  # the private index opens as usual
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ChunkIndex, "_open_schema", locked)
+        busy = ShardCache(tmp_path, "endpoint")
+        fresh = _xorb(random.Random(11))
+        busy.add(Shard(cas=(fresh,)))  # recorded in the private index
+        _assert_indexed(busy.open(), fresh)
+        assert busy.open().path != shared
+        busy.close()
+    assert "cannot be opened now" in caplog.text
+    reopened = ShardCache(tmp_path, "endpoint")
+    _assert_indexed(reopened.open(), kept)  # the shared cache is intact
+    reopened.close()
 
 
 def test_a_second_version_stores_exactly_the_chunks_the_first_lacks(tmp_path: Path) -> None:
