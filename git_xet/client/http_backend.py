@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import ssl
-import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
@@ -28,6 +27,7 @@ from .backend import upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
 from .http_errors import refusal_error, status_error
 from .lfs_batch import batch_one
+from .plain_transport import PlainTransport
 from .range_get import DirectRangeReader
 from .retry import RetryPolicy, with_retries
 from .tokens import StaticToken, TokenSource
@@ -47,6 +47,7 @@ _POOLED_WINDOW_MIN = 1 << 20
 # much of an error body we keep for its message.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 MAX_ERROR_BYTES = 64 * 1024
+MAX_KEPT_ALIVE = 16  # idle connections a client keeps
 
 
 def _body_slices(body: bytes | memoryview) -> Iterator[memoryview]:
@@ -115,37 +116,6 @@ def default_tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-class _TlsOnFirstUse(httpx.BaseTransport):
-    """The client's transport for direct connections: plain HTTP at once, TLS made on the first
-    https:// request. A verifying TLS context loads the system's certificates (~20 ms of CPU),
-    and git-lfs starts eight agents per push: those talking to a plain-HTTP server on the
-    machine or the LAN never need it. Not used when the environment names proxies (see
-    make_http_client)."""
-
-    def __init__(self, limits: httpx.Limits) -> None:
-        self._limits = limits
-        # verify=False only skips loading certificates for a context no https:// URL reaches.
-        self._plain = httpx.HTTPTransport(verify=False, limits=limits)
-        self._tls: httpx.HTTPTransport | None = None
-        self._lock = threading.Lock()
-
-    def _secure(self) -> httpx.HTTPTransport:
-        with self._lock:
-            if self._tls is None:
-                self._tls = httpx.HTTPTransport(verify=default_tls_context(), limits=self._limits)
-            return self._tls
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme == "https":
-            return self._secure().handle_request(request)
-        return self._plain.handle_request(request)
-
-    def close(self) -> None:
-        self._plain.close()
-        if self._tls is not None:
-            self._tls.close()
-
-
 def proxies_in_environment() -> bool:
     """Whether HTTP(S)_PROXY / ALL_PROXY (any case) name a proxy."""
     return any(key in ("http", "https", "all") for key in urllib.request.getproxies())
@@ -155,15 +125,16 @@ def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
     """One pooled client that honours HTTP(S)_PROXY/NO_PROXY and trusts the OS certificate
     store plus SSL_CERT_FILE/SSL_CERT_DIR (OpenSSL's default verify paths), so corporate
     CAs installed on the machine work without extra configuration."""
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=MAX_KEPT_ALIVE)
     # With proxies in the environment httpx makes their transports (it reads the environment
     # only when given no transport of ours), all verifying with this context, made now.
+    # Otherwise requests go straight out over http.client (client/plain_transport.py).
     proxied = proxies_in_environment()
     return httpx.Client(
         timeout=timeout or timeout_from_env(),
         trust_env=True,
         verify=ssl.create_default_context() if proxied else True,
-        transport=None if proxied else _TlsOnFirstUse(limits),
+        transport=None if proxied else PlainTransport(default_tls_context, max_idle=MAX_KEPT_ALIVE),
         follow_redirects=True,
         headers={"User-Agent": USER_AGENT},
         limits=limits,

@@ -14,8 +14,6 @@ asks again through its httpx client, which follows it as it does for every other
 from __future__ import annotations
 
 import http.client
-import select
-import socket
 import ssl
 import threading
 import urllib.parse
@@ -23,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import TransferError
+from .plain_transport import open_connection, peer_closed
 
 _REDIRECTS = (301, 302, 303, 307, 308)
 
@@ -62,17 +61,6 @@ class DirectRangeReader:
         if pool is None:
             pool = self._local.connections = {}
         return pool
-
-    def _open(self, scheme: str, host: str, port: int) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=self._connect_timeout, context=self._tls())
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=self._connect_timeout)
-        conn.connect()
-        assert conn.sock is not None
-        conn.sock.settimeout(self._read_timeout)
-        return conn
 
     def close(self) -> None:
         """Close this thread's connections (others close when their thread's state goes)."""
@@ -117,7 +105,7 @@ class DirectRangeReader:
         before sending (it reads as ready: EOF) or by the answer never starting; a GET may
         then be sent again on a fresh connection."""
         conn = pool.get(key)
-        if conn is not None and (conn.sock is None or _peer_closed(conn.sock)):
+        if conn is not None and (conn.sock is None or peer_closed(conn.sock)):
             conn.close()
             conn = None
         if conn is not None:
@@ -126,7 +114,7 @@ class DirectRangeReader:
                 return conn.getresponse()
             except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
                 conn.close()
-        pool[key] = conn = self._open(*key)
+        pool[key] = conn = open_connection(key, self._tls, self._connect_timeout, self._read_timeout)
         conn.request("GET", target, headers=headers)
         return conn.getresponse()
 
@@ -157,12 +145,3 @@ class DirectRangeReader:
             raise TransferError(f"download interrupted: {type(exc).__name__}: {exc}", retryable=True) from None
         return RangeAnswer(status, received)
 
-
-def _peer_closed(sock: socket.socket) -> bool:
-    """Whether an idle kept-alive socket has been closed by the server (readable with nothing
-    pending for us means EOF, or bytes we never asked for: either way, not reusable)."""
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)

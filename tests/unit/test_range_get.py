@@ -8,7 +8,6 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import given, settings
@@ -16,22 +15,13 @@ from hypothesis import strategies as st
 
 from git_xet.client.errors import TransferError
 from git_xet.client.range_get import DirectRangeReader
+from tests.support.counting_server import CountingHandler, CountingServer, serving
 from tests.support.datagen import random_bytes
 
 DATA = random_bytes(1 << 20, 11)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: object) -> None:  # quiet
-        pass
-
-    def setup(self) -> None:
-        super().setup()
-        with self.server.lock:
-            self.server.connections += 1
+class _Handler(CountingHandler):
 
     def _range(self) -> tuple[int, int]:
         first, last = self.headers["Range"].removeprefix("bytes=").split("-")
@@ -81,29 +71,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.lock = threading.Lock()
-        self.connections = 0
-        self.requests: list[tuple[str, dict[str, str]]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
 @pytest.fixture(scope="module")
-def server() -> Iterator[_Server]:
-    srv = _Server()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=10)
+def server() -> Iterator[CountingServer]:
+    with serving(_Handler) as srv:
+        yield srv
 
 
 def _reader(read_timeout: float = 30.0) -> DirectRangeReader:
@@ -120,7 +91,7 @@ def _get(reader: DirectRangeReader, url: str, first: int, last: int) -> tuple[in
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, len(DATA) - 1), st.integers(1, 200_000), st.sampled_from(["/range", "/whole"]))
-def test_any_range_comes_back_exactly(server: _Server, first: int, size: int, path: str) -> None:
+def test_any_range_comes_back_exactly(server: CountingServer, first: int, size: int, path: str) -> None:
     last = min(len(DATA) - 1, first + size - 1)
     reader = _reader()
     try:
@@ -130,7 +101,7 @@ def test_any_range_comes_back_exactly(server: _Server, first: int, size: int, pa
     assert answer == (206 if path == "/range" else 200, DATA[first : last + 1])
 
 
-def test_one_connection_carries_every_range_of_a_thread_with_our_headers(server: _Server) -> None:
+def test_one_connection_carries_every_range_of_a_thread_with_our_headers(server: CountingServer) -> None:
     reader = _reader()
     before = server.connections
     for first in range(0, 500_000, 50_000):
@@ -143,7 +114,7 @@ def test_one_connection_carries_every_range_of_a_thread_with_our_headers(server:
     reader.close()
 
 
-def test_threads_do_not_share_a_connection(server: _Server) -> None:
+def test_threads_do_not_share_a_connection(server: CountingServer) -> None:
     reader = _reader()
     before = server.connections
     results: list[object] = []
@@ -160,7 +131,7 @@ def test_threads_do_not_share_a_connection(server: _Server) -> None:
     assert server.connections - before == 4
 
 
-def test_a_connection_the_server_closed_is_replaced_not_reported(server: _Server) -> None:
+def test_a_connection_the_server_closed_is_replaced_not_reported(server: CountingServer) -> None:
     reader = _reader()
     before = server.connections
     for first in (0, 1000, 2000):
@@ -168,7 +139,7 @@ def test_a_connection_the_server_closed_is_replaced_not_reported(server: _Server
     assert server.connections - before == 3
 
 
-def test_whole_answer_of_a_server_ignoring_range_is_cut_to_the_window_and_not_reused(server: _Server) -> None:
+def test_whole_answer_of_a_server_ignoring_range_is_cut_to_the_window_and_not_reused(server: CountingServer) -> None:
     reader = _reader()
     before = server.connections
     assert _get(reader, server.url + "/whole", 700_000, 700_099) == (200, DATA[700_000:700_100])
@@ -176,17 +147,17 @@ def test_whole_answer_of_a_server_ignoring_range_is_cut_to_the_window_and_not_re
     assert server.connections - before == 2
 
 
-def test_a_range_longer_than_asked_is_refused(server: _Server) -> None:
+def test_a_range_longer_than_asked_is_refused(server: CountingServer) -> None:
     with pytest.raises(TransferError, match="longer than the 100 bytes") as caught:
         _get(_reader(), server.url + "/longer", 0, 99)
     assert caught.value.retryable
 
 
-def test_a_cut_body_reports_what_arrived(server: _Server) -> None:
+def test_a_cut_body_reports_what_arrived(server: CountingServer) -> None:
     assert _get(_reader(), server.url + "/cut", 0, 9999) == (206, DATA[:5000])
 
 
-def test_refusals_carry_status_body_and_retry_after(server: _Server) -> None:
+def test_refusals_carry_status_body_and_retry_after(server: CountingServer) -> None:
     reader = _reader()
     window = memoryview(bytearray(10))
     expired = reader.read_into(server.url + "/expired", {"Range": "bytes=0-9"}, window, 0)
@@ -195,11 +166,11 @@ def test_refusals_carry_status_body_and_retry_after(server: _Server) -> None:
     assert busy is not None and (busy.status, busy.retry_after, json.loads(busy.error_body)["code"]) == (503, "7", "busy")
 
 
-def test_a_redirect_is_left_to_the_caller(server: _Server) -> None:
+def test_a_redirect_is_left_to_the_caller(server: CountingServer) -> None:
     assert _get(_reader(), server.url + "/moved", 0, 9) is None
 
 
-def test_a_stalled_answer_times_out_as_a_retryable_error(server: _Server) -> None:
+def test_a_stalled_answer_times_out_as_a_retryable_error(server: CountingServer) -> None:
     with pytest.raises(TransferError) as caught:
         _get(_reader(read_timeout=0.3), server.url + "/stall", 0, 9)
     assert caught.value.retryable and "timed out" in str(caught.value)
@@ -224,25 +195,17 @@ def test_https_ranges_verify_the_server_certificate(tmp_path) -> None:
     from tests.support.nginx_process import make_certificate
 
     ca = make_certificate(tmp_path)
-    srv = _Server()
     served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     served.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-    srv.socket = served.wrap_socket(srv.socket, server_side=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    url = f"https://localhost:{srv.server_address[1]}/range"
-    try:
+    with serving(_Handler, tls=served) as srv:
+        url = f"https://localhost:{srv.server_address[1]}/range"
         trusting = DirectRangeReader(connect_timeout=5.0, read_timeout=30.0, headers={}, tls=lambda: ssl.create_default_context(cafile=str(ca)), error_limit=64 * 1024)
         assert _get(trusting, url, 1000, 70_000) == (206, DATA[1000:70_001])
         assert _get(trusting, url, 0, 9) == (206, DATA[:10])
         with pytest.raises(TransferError, match="CERTIFICATE_VERIFY_FAILED"):
             _get(_reader(), url, 0, 9)  # the system's store does not know the test CA
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=10)
 
 
-def test_a_refusal_cut_short_still_reports_its_status(server: _Server) -> None:
+def test_a_refusal_cut_short_still_reports_its_status(server: CountingServer) -> None:
     answer = _reader().read_into(server.url + "/busy-cut", {"Range": "bytes=0-9"}, memoryview(bytearray(10)), 0)
     assert answer is not None and (answer.status, answer.error_body) == (503, b"too bu")
