@@ -4,6 +4,10 @@ and through stock git-lfs `basic` to a plain LFS server, same files, same run.
 
     python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local] [--json OUT]
 
+Besides wall seconds, each phase reports the CPU seconds (user + sys) of the client (git and
+every process it started: git-lfs, the agents) and of the server process (none for the local
+store, whose agents do the storing).
+
 Per-object costs dominate here (requests, git subprocesses, fsyncs, agent work), not bytes:
 the targets are git-xet within 1.5x of git-lfs through the server and 1.2x through the local
 store, each object still durable before git-lfs is told it is complete.
@@ -23,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import lfs_repo_with, machine, median, timed, write_json
+from common import children_cpu, lfs_repo_with, machine, median, process_cpu, timed, write_json
 from git_e2e import plain_lfs_server
 
 from tests.support.gitenv import GitEnv, make_git_env
@@ -34,20 +38,21 @@ KIB = 1024
 
 
 @contextmanager
-def remote_for(tool: str, root: Path, genv: GitEnv) -> Iterator[None]:
+def remote_for(tool: str, root: Path, genv: GitEnv) -> Iterator[int | None]:
+    """Configure `genv` for `tool`'s remote; yields the server's pid (None: no server)."""
     if tool == "git-xet":
         with running_server(root / "server" / "data") as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
-            yield
+            yield srv.process.pid
     elif tool == "git-xet-local":
         genv.git_xet("install", "--standalone", str(root / "store"))
-        yield
+        yield None
     else:
-        with plain_lfs_server(root / "lfs-server") as (url, _log, _pid):
+        with plain_lfs_server(root / "lfs-server") as (url, _log, pid):
             genv.git("lfs", "install")
             genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
-            yield
+            yield pid
 
 
 def make_files(directory: Path, count: int, seed: int = 0) -> list[Path]:
@@ -60,16 +65,31 @@ def make_files(directory: Path, count: int, seed: int = 0) -> list[Path]:
     return paths
 
 
-def run_tool(tool: str, root: Path, sources: list[Path]) -> dict[str, float]:
+PHASES = ("push", "clone")
+MEASURES = ("seconds", "client_cpu", "server_cpu")
+
+
+def run_tool(tool: str, root: Path, sources: list[Path]) -> dict[str, dict[str, float]]:
     genv = make_git_env(root)
-    with remote_for(tool, root, genv):
+    commands = {
+        "push": (["git", "push", "-q", "origin", "main"], None),
+        "clone": (["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root),
+    }
+    measured: dict[str, dict[str, float]] = {}
+    with remote_for(tool, root, genv) as server_pid:
         work = lfs_repo_with(genv, root, sources)
-        push = timed(["git", "push", "-q", "origin", "main"], cwd=work, env=genv.env, stderr_to=root / "push.stderr")
-        clone = timed(["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], cwd=root, env=genv.env, stderr_to=root / "clone.stderr")
+        for phase in PHASES:
+            cmd, cwd = commands[phase]
+            server0 = process_cpu(server_pid) if server_pid else 0.0
+            client0 = children_cpu()
+            wall = timed(cmd, cwd=cwd or work, env=genv.env, stderr_to=root / f"{phase}.stderr")["seconds"]
+            client = children_cpu() - client0
+            server = process_cpu(server_pid) - server0 if server_pid else 0.0
+            measured[phase] = {"seconds": wall, "client_cpu": client, "server_cpu": server}
         for src in sources:
             if (root / "clone" / src.name).read_bytes() != src.read_bytes():
                 raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
-    return {"push": push["seconds"], "clone": clone["seconds"]}
+    return measured
 
 
 def compile_bytecode() -> None:
@@ -84,7 +104,7 @@ def compile_bytecode() -> None:
 
 def run(files: int, repeats: int, tools: tuple[str, ...]) -> dict:
     compile_bytecode()
-    results: dict[str, list[dict[str, float]]] = {t: [] for t in tools}
+    results: dict[str, list[dict[str, dict[str, float]]]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-files-") as tmp:
         base = Path(tmp)
         sources = make_files(base / "sources", files)
@@ -96,25 +116,29 @@ def run(files: int, repeats: int, tools: tuple[str, ...]) -> dict:
                 shutil.rmtree(root, ignore_errors=True)
     summary: dict = {"files": files, "repeats": repeats, "machine": machine(), "tools": {}}
     for tool, runs in results.items():
-        summary["tools"][tool] = {phase: median([run[phase] for run in runs]) for phase in ("push", "clone")}
+        summary["tools"][tool] = {phase: median([run[phase]["seconds"] for run in runs]) for phase in PHASES}
+        summary["tools"][tool]["cpu"] = {
+            phase: {measure: median([run[phase][measure] for run in runs]) for measure in MEASURES[1:]} for phase in PHASES
+        }
     if "git-lfs" in results:
         base_runs = results["git-lfs"]
         for tool in results:
             if tool != "git-lfs":
                 summary["tools"][tool]["ratio"] = {
-                    phase: median([ours[phase] / theirs[phase] for ours, theirs in zip(results[tool], base_runs)]) for phase in ("push", "clone")
+                    phase: median([ours[phase]["seconds"] / theirs[phase]["seconds"] for ours, theirs in zip(results[tool], base_runs)]) for phase in PHASES
                 }
     return summary
 
 
 def print_table(summary: dict) -> None:
     print(f"{summary['files']} LFS files of 4-64 KiB, push and fresh clone, median of {summary['repeats']}; {summary['machine']}")
-    print(f"{'tool':<15}{'push s':>8}{'clone s':>9}{'push ratio':>12}{'clone ratio':>13}")
+    print(f"{'tool':<15}{'push s':>8}{'clone s':>9}{'push ratio':>12}{'clone ratio':>13}   CPU s, client + server: push / clone")
     for tool, m in summary["tools"].items():
         ratio = m.get("ratio", {})
         push_r = f"{ratio['push']:.2f}" if ratio else "-"
         clone_r = f"{ratio['clone']:.2f}" if ratio else "-"
-        print(f"{tool:<15}{m['push']:>8.2f}{m['clone']:>9.2f}{push_r:>12}{clone_r:>13}")
+        cpu = " / ".join(f"{m['cpu'][phase]['client_cpu']:.2f} + {m['cpu'][phase]['server_cpu']:.2f}" for phase in PHASES)
+        print(f"{tool:<15}{m['push']:>8.2f}{m['clone']:>9.2f}{push_r:>12}{clone_r:>13}   {cpu}")
 
 
 def main() -> int:
