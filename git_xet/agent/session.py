@@ -65,7 +65,8 @@ class AgentSession:
         tune_allocator()
         self.router = StoreRouter(remote)
         self._uploaders: dict[str, Uploader] = {}
-        self._storage_roots: list[Path] | None = None
+        self._labelled: set[str] = set()  # stores whose shard-cache directory this process has labelled
+        self._storage_roots: list[str] | None = None
         self._summary: PushSummary | None = None
 
     # ------------------------------------------------------------------ transfers
@@ -85,28 +86,31 @@ class AgentSession:
                 time.sleep(1 + attempt)
         raise AssertionError("unreachable")
 
-    def _lfs_storage_roots(self) -> list[Path]:
-        """Where git-lfs keeps objects: <git-common-dir>/lfs, and `lfs.storage` when set
-        (relative to the git dir, as git-lfs reads it)."""
+    def _lfs_storage_roots(self) -> list[str]:
+        """Where git-lfs keeps objects, each resolved and ending in a separator:
+        <git-common-dir>/lfs, and `lfs.storage` when set (relative to the git dir, as git-lfs
+        reads it)."""
         if self._storage_roots is None:
             common = git_common_dir()
             roots = [common / "lfs"]
             storage = git_config("lfs.storage")
             if storage:
-                roots.append((common / storage).resolve())
-            self._storage_roots = roots
+                roots.append(common / storage)
+            self._storage_roots = [os.path.join(os.path.realpath(root), "") for root in roots]
         return self._storage_roots
 
     def _check_upload_source(self, req: Transfer) -> str:
         """git-lfs only ever names objects in its own storage, of the size it announces; any
-        other request is refused before a byte is read or sent. Returns the path to read."""
+        other request is refused before a byte is read or sent. Returns the path to read.
+        (String paths, not pathlib: this runs once per object, a thousand times in a push of
+        a thousand small files.)"""
         if req.path is None:  # the protocol parser already refuses an upload without one
             raise TransferError(f"the upload of {req.oid[:12]} names no file")
-        path = Path(req.path).resolve()
+        path = os.path.realpath(req.path)
         roots = self._lfs_storage_roots()
-        if not any(path.is_relative_to(root) for root in roots):
-            raise TransferError(f"refusing to upload {req.path}: it is outside this repository's LFS storage ({roots[0]})")
-        size = path.stat().st_size
+        if not path.startswith(tuple(roots)):
+            raise TransferError(f"refusing to upload {req.path}: it is outside this repository's LFS storage ({roots[0].rstrip(os.sep)})")
+        size = os.stat(path).st_size
         if size != req.size:
             raise TransferError(f"{req.path} is {size} bytes, but the request says {req.size}")
         return req.path
@@ -154,7 +158,9 @@ class AgentSession:
             uploader.close()
             raise
         log.info("uploaded %s: %d new bytes, %d deduplicated", req.oid[:12], result.new_bytes, result.deduped_bytes)
-        _label_cache(ShardCache(default_cache_root(), key).dir, key)  # once it holds shards, never an empty label-only cache
+        if key not in self._labelled:  # once it holds shards, never an empty label-only cache
+            _label_cache(ShardCache(default_cache_root(), key).dir, key)
+            self._labelled.add(key)
         totals.files += 1
         totals.file_bytes += req.size
         totals.sent_bytes += uploader.stats.xorb_bytes_sent - sent_before

@@ -56,6 +56,10 @@ def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
     other_oid, other = _lfs_object(tmp_path, random_bytes(1000, 2))
     outside = tmp_path.parent / f"{tmp_path.name}-outside.bin"
     outside.write_bytes(data)
+    # Beside git-lfs's storage, its name starting with the storage directory's: still outside.
+    sibling = tmp_path / ".git" / "lfs-sibling" / "object.bin"
+    sibling.parent.mkdir()
+    sibling.write_bytes(data)
     store = tmp_path / "store"
     create_local_store(store)  # as `git xet install --standalone` does; the agent never creates one
     lines = [
@@ -66,6 +70,7 @@ def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
         json.dumps({"event": "whatever"}),
         json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(outside), "action": None}),
         json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj / ".." / ".." / ".." / ".." / ".." / ".." / outside.name)}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(sibling)}),
         json.dumps({"event": "upload", "oid": oid, "size": len(data) + 1, "path": str(obj), "action": None}),
         json.dumps({"event": "upload", "oid": oid, "size": 1000, "path": str(other), "action": None}),
         json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj), "action": None}),
@@ -82,12 +87,12 @@ def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
         if message.get("event") == "complete":
             groups.append([])
     assert groups.pop() == []  # nothing after terminate
-    (bad_oid,), (bad_size,), outside_abs, outside_dotdot, wrong_size, wrong_content, good, missing = groups
+    (bad_oid,), (bad_size,), outside_abs, outside_dotdot, outside_sibling, wrong_size, wrong_content, good, missing = groups
     assert bad_oid == {"event": "complete", "oid": "../../etc", "error": {"code": 32, "message": "git-xet: oid must be 64 lowercase hex digits"}}
     assert bad_size == {"event": "complete", "oid": oid, "error": {"code": 32, "message": "git-xet: size must be a non-negative integer"}}
-    for group in (outside_abs, outside_dotdot, wrong_size, wrong_content, good, missing):
+    for group in (outside_abs, outside_dotdot, outside_sibling, wrong_size, wrong_content, good, missing):
         assert group[0]["event"] == "progress" and (group[0]["bytesSoFar"], group[0]["bytesSinceLast"]) == (1, 1)
-    for refused in (outside_abs, outside_dotdot):
+    for refused in (outside_abs, outside_dotdot, outside_sibling):
         assert "outside this repository's LFS storage" in refused[-1]["error"]["message"]
     assert "300000 bytes, but the request says 300001" in wrong_size[-1]["error"]["message"]
     assert "does not match its oid" in wrong_content[-1]["error"]["message"]
