@@ -57,3 +57,32 @@ def test_a_proxy_from_the_environment_carries_plain_requests(monkeypatch: pytest
         with make_http_client() as client:
             assert client.get("http://git-xet.invalid/through-the-proxy").content == b"ok"
     assert _Recorder.seen == ["http://git-xet.invalid/through-the-proxy"]  # the absolute form a proxy gets
+
+
+class _CookieSetter(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    cookie_headers: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        _CookieSetter.cookie_headers.append(self.headers.get("Cookie"))
+        self.send_response(200)
+        self.send_header("Set-Cookie", "session=abc; Path=/")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_cookies_a_server_sets_are_never_sent_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    with http_stub(_CookieSetter) as url, make_http_client() as client:
+        for _ in range(3):
+            answer = client.get(url + "/")
+            assert answer.headers["set-cookie"] == "session=abc; Path=/"  # the answer itself is untouched
+        assert len(client.cookies) == 0
+        with pytest.raises(TypeError):
+            client.cookies = {"session": "abc"}
+    assert _CookieSetter.cookie_headers == [None, None, None]
