@@ -38,7 +38,7 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.errors import FormatError
 from ..core.http_headers import FILE_HASH
-from ..core.shard import ShardFooter, parse_shard, serialize_shard
+from ..core.shard import Shard, ShardFooter, parse_shard, serialize_shard
 from ..core.upload_bundle import parse_bundle
 from ..storage.cas_store import CasStore, StoredFile
 from ..storage.index_base import open_index
@@ -128,9 +128,10 @@ class CasApp:
             self._validations = asyncio.Semaphore(MAX_CONCURRENT_VALIDATIONS)
         return self._validations
 
-    def validation_turn(self, body: bytes) -> contextlib.AbstractAsyncContextManager:
-        """What validating this shard waits for: a turn, unless it is small (see SMALL_SHARD_*)."""
-        return contextlib.nullcontext() if _is_small_shard(body) else self.validations()
+    def validation_turn(self, small: Shard | None) -> contextlib.AbstractAsyncContextManager:
+        """What validating a shard waits for: a turn, unless it is small (`small`: what
+        _parsed_if_small gave, see SMALL_SHARD_*)."""
+        return contextlib.nullcontext() if small is not None else self.validations()
 
     def read_body(self, request: Request, limit: int):
         """The request's body (see http_io.read_body), with this server's idle timeout."""
@@ -261,14 +262,15 @@ class CasApp:
             inserted = await in_worker(self.store_received_xorb, xorb, received)
         return JSONResponse({"was_inserted": inserted})
 
-    def _register(self, body: bytes, repo: str, progress=None) -> bool:
-        return self.store.register_shard(body, repo, verify_sha256=True, progress=progress)
+    def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None) -> bool:
+        return self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed)
 
     async def upload_shard_v1(self, request: Request) -> Response:
         claims = await self.authorize(request, "write")
         body = await self.read_body(request, MAX_SHARD_BODY)
-        async with self.validation_turn(body):
-            inserted = await in_worker(self._register, body, claims.repo)
+        small = _parsed_if_small(body)
+        async with self.validation_turn(small):
+            inserted = await in_worker(self._register, body, claims.repo, None, small)
         return JSONResponse({"result": 1 if inserted else 0})
 
     async def upload_bundle(self, request: Request) -> Response:
@@ -282,16 +284,17 @@ class CasApp:
         except FormatError as exc:
             raise RequestRefused(400, f"invalid upload bundle: {exc}") from None
         shard_body = bytes(shard)
-        async with self.validation_turn(shard_body):
-            inserted = await in_worker(self._store_bundle, xorbs, shard_body, claims.repo)
+        small = _parsed_if_small(shard_body)
+        async with self.validation_turn(small):
+            inserted = await in_worker(self._store_bundle, xorbs, shard_body, claims.repo, small)
         return JSONResponse({"result": 1 if inserted else 0})
 
-    def _store_bundle(self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str) -> bool:
+    def _store_bundle(self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None) -> bool:
         """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
         hand-offs cost more than the work."""
         for xorb_hash, xorb in xorbs:
             self.store.put_xorb(hashes.hash_to_hex(xorb_hash), xorb)
-        return self._register(shard, repo)
+        return self._register(shard, repo, None, parsed)
 
     async def upload_shard_v2(self, request: Request) -> Response:
         """NDJSON frames: `validating` while the sha256 of the shard's files is computed from the
@@ -310,8 +313,9 @@ class CasApp:
                 loop.call_soon_threadsafe(updates.put_nowait, (done, total))
 
             yield frame({"type": "validating", "verified": 0, "total": 1})
-            async with self.validation_turn(body):
-                work = asyncio.ensure_future(in_worker(self._register, body, claims.repo, progress))
+            small = _parsed_if_small(body)
+            async with self.validation_turn(small):
+                work = asyncio.ensure_future(in_worker(self._register, body, claims.repo, progress, small))
                 while not work.done():
                     update = asyncio.ensure_future(updates.get())
                     await asyncio.wait({work, update}, return_when=asyncio.FIRST_COMPLETED)
@@ -357,14 +361,17 @@ class CasApp:
         return JSONResponse({})
 
 
-def _is_small_shard(body: bytes) -> bool:
+def _parsed_if_small(body: bytes) -> Shard | None:
+    """The shard, parsed, if it is small enough to be validated without a turn (see
+    SMALL_SHARD_*); its registration then uses this parse instead of making another. None for
+    any other: one that does not parse is refused by its validation, in its turn."""
     if len(body) > SMALL_SHARD_BYTES:
-        return False
+        return None
     try:
         shard = parse_shard(body)
     except FormatError:
-        return False  # refused by the validation itself, in its turn
-    return sum(max(t.chunk_end - t.chunk_start, 0) for f in shard.files for t in f.terms) <= SMALL_SHARD_CHUNKS
+        return None
+    return shard if sum(max(t.chunk_end - t.chunk_start, 0) for f in shard.files for t in f.terms) <= SMALL_SHARD_CHUNKS else None
 
 
 def _bucket_urls(bucket: S3ObjectStore, ttl: int) -> Callable[[str, int, int], str]:

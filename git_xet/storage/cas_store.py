@@ -286,6 +286,7 @@ class CasStore:
         repo: str = DEFAULT_REPO,
         verify_sha256: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        parsed: Shard | None = None,
     ) -> bool:
         """Validate an uploaded shard and register its files for `repo`, all or nothing.
 
@@ -298,10 +299,12 @@ class CasStore:
         uploads that carry none (hf-xet's skip_sha256). Existing oid mappings are never
         replaced. `progress(done, total)` reports bytes of sha256 verification.
 
+        `parsed`: what parse_shard(body) gave, when the caller has parsed it already.
+
         Returns True when the shard was new for this repo (result 1), False for a repeat.
         """
         try:
-            shard = parse_shard(body)
+            shard = parsed if parsed is not None else parse_shard(body)
         except FormatError as exc:
             raise Rejected(f"invalid shard: {exc}") from None
         self._check_work_bound(shard)

@@ -1,6 +1,7 @@
-"""Which shard validations skip the queue (server/app.py `_is_small_shard`): only shards that are
+"""Which shard validations skip the queue (server/app.py `_parsed_if_small`): only shards that are
 small by structure: a few chunks referenced in all, in a small body. Claimed sizes and lengths
-must not matter, or one request could pass a large validation off as a small one."""
+must not matter, or one request could pass a large validation off as a small one. A small one
+comes back parsed, as parse_shard parses it (its registration uses that parse)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_xet.core.shard import FileInfo, FileTerm, Shard, serialize_shard
-from git_xet.server.app import SMALL_SHARD_BYTES, SMALL_SHARD_CHUNKS, _is_small_shard
+from git_xet.core.shard import FileInfo, FileTerm, Shard, parse_shard, serialize_shard
+from git_xet.server.app import SMALL_SHARD_BYTES, SMALL_SHARD_CHUNKS, _parsed_if_small
 
 
 def _shard(ranges: list[tuple[int, int]], claimed_bytes: int, seed: int) -> bytes:
@@ -29,12 +30,14 @@ def _shard(ranges: list[tuple[int, int]], claimed_bytes: int, seed: int) -> byte
 def test_a_shard_is_small_exactly_when_it_references_few_chunks_whatever_it_claims(ranges: list[tuple[int, int]], claimed: int, seed: int) -> None:
     body = _shard(ranges, claimed, seed)
     referenced = sum(end - start for start, end in ranges)
-    assert _is_small_shard(body) == (referenced <= SMALL_SHARD_CHUNKS and len(body) <= SMALL_SHARD_BYTES)
+    small = _parsed_if_small(body)
+    assert (small is not None) == (referenced <= SMALL_SHARD_CHUNKS and len(body) <= SMALL_SHARD_BYTES)
+    assert small is None or small == parse_shard(body)
 
 
 def test_a_big_body_or_an_unreadable_one_takes_a_turn() -> None:
     big = _shard([(0, 1)] * (SMALL_SHARD_BYTES // 48 + 1), 10, 2)  # one chunk per term, too many bytes in all
-    assert len(big) > SMALL_SHARD_BYTES and not _is_small_shard(big)
-    assert not _is_small_shard(b"not a shard")
+    assert len(big) > SMALL_SHARD_BYTES and _parsed_if_small(big) is None
+    assert _parsed_if_small(b"not a shard") is None
     one_file = _shard([(0, 3)], 150_000, 3)
-    assert _is_small_shard(one_file)  # what an agent sends per small file
+    assert _parsed_if_small(one_file) is not None  # what an agent sends per small file
