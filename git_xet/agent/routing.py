@@ -86,6 +86,14 @@ class StoreRouter:
         self.remote = remote
         self._http: httpx.Client | None = None
         self._backends: dict[str, XetBackend] = {}
+        self._target: StandaloneTarget | None = None
+
+    def _standalone_target(self) -> StandaloneTarget:
+        """The configured store, read once: the configuration an agent starts with is the one
+        git-lfs started it for (and parsing it again for each object was ~5% of a small push)."""
+        if self._target is None:
+            self._target = standalone_target()
+        return self._target
 
     def http(self) -> httpx.Client:
         if self._http is None:
@@ -111,7 +119,7 @@ class StoreRouter:
         that does not answer it (then route() as usual). The caller checks the sha256."""
         if req.operation != "download" or req.action is not None or req.size >= WHOLE_DOWNLOAD_BELOW or configured_endpoint() is None:
             return None
-        target = standalone_target()
+        target = self._standalone_target()
         if target.kind != "http":
             return None
         from ..client.http_backend import HttpCasBackend
@@ -121,7 +129,7 @@ class StoreRouter:
         return backend.lfs_object(req.oid, req.size)
 
     def _standalone(self, req: Transfer) -> tuple[XetBackend, Lookup]:
-        target = standalone_target()
+        target = self._standalone_target()
         backend = self._standalone_backend(target)
         if target.kind == "http" and req.operation == "upload" and req.size < ASK_BEFORE_UPLOAD_FROM:
             return backend, lambda oid: None

@@ -13,7 +13,6 @@ drive fails the push instead of scattering objects where no teammate can find th
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -102,6 +101,8 @@ def _parse_url(value: str, scheme: str) -> StoreLocation:
         if not path.startswith("/"):
             raise LocationError(f"'{value}' is not absolute; a file URL is file:///absolute/path")
         return StoreLocation("local", str(Path(path).resolve()))
+    import difflib  # only to word this refusal: not imported by every agent
+
     close = difflib.get_close_matches(scheme, ["http", "https", "file", "s3"], n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]}://{value.split('://', 1)[1]}?" if close else ""
     raise LocationError(f"'{value}' has the unknown scheme '{scheme}'{hint} ({FORMS})")
