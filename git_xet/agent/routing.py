@@ -15,7 +15,6 @@ local store's code only for local ones (git-lfs starts eight agents per push).
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -171,7 +170,7 @@ class StoreRouter:
                 tokens = RefreshingToken(href, credential_headers(href), self.http(), initial)
             else:
                 tokens = StaticToken(initial[0] if initial else None)
-            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID) or str(uuid.uuid4()), http=self.http(), direct_ranges=True)
+            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID), http=self.http(), direct_ranges=True)
             self._backends[key] = backend
         return backend
 

@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -171,7 +170,7 @@ class AgentSession:
         from ..pipelines.download import IntegrityError, download_to_path  # an agent of a push never downloads
 
         tmp_dir = git_common_dir() / "lfs" / "tmp"
-        dest = tmp_dir / f"{req.oid}.xet-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        dest = tmp_dir / f"{req.oid}.xet-{os.getpid()}-{os.urandom(4).hex()}"
         umask = os.umask(0)
         os.umask(umask)
         whole = self.router.small_object(req)
