@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +27,22 @@ _KNOWN_DIRS: set[str] = set()
 _KNOWN_DIRS_MAX = 4096
 
 
+_NEW_PRIVATE_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_NAME_ATTEMPTS = 100
+
+
+def _new_private_file(directory: str, name: str) -> tuple[int, str]:
+    """What tempfile.mkstemp does (an exclusive new 0600 file with a random name), without
+    importing tempfile (shutil and random come with it: ~7 ms in each agent)."""
+    for _ in range(_NAME_ATTEMPTS):
+        path = os.path.join(directory, f".{name}.{os.urandom(6).hex()}{TEMP_SUFFIX}")
+        try:
+            return os.open(path, _NEW_PRIVATE_FILE, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temp file name in {directory} after {_NAME_ATTEMPTS} tries")
+
+
 def _temp_file_in(directory: Path, name: str) -> tuple[int, str]:
     """A new temp file (descriptor, path) in `directory`, made first if need be."""
     key = str(directory)
@@ -37,11 +52,11 @@ def _temp_file_in(directory: Path, name: str) -> tuple[int, str]:
             _KNOWN_DIRS.clear()
         _KNOWN_DIRS.add(key)
     try:
-        return tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=TEMP_SUFFIX)
+        return _new_private_file(key, name)
     except FileNotFoundError:  # removed since we saw it
         _KNOWN_DIRS.discard(key)
         directory.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=TEMP_SUFFIX)
+        return _new_private_file(key, name)
 
 
 @contextmanager

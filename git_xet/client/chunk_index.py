@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -32,10 +31,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.hashes import XetHash, hmac_chunk_hash, is_global_dedup_eligible
 from ..core.shard import NO_EXPIRY, Shard
 from ..fsutil import opening_lock
+
+if TYPE_CHECKING:
+    import tempfile
 
 log = logging.getLogger("git_xet.cache")
 
@@ -146,6 +149,8 @@ class ChunkIndex:
     @classmethod
     def temporary(cls) -> ChunkIndex:
         """A private index in a temporary directory, removed by close() (no shard cache)."""
+        import tempfile  # only here: not imported by every agent
+
         tmp = tempfile.TemporaryDirectory(prefix="git-xet-index-")
         index = cls(Path(tmp.name) / INDEX_FILE, max_bytes=1 << 62)
         index._tmp = tmp

@@ -65,3 +65,35 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
     with pytest.raises(TypeError):  # the second part is no buffer: found after the first is written
         atomic_write(tmp_path / "object", b"start", 12345)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_temp_files_are_new_private_and_named_for_the_abandoned_file_sweep(tmp_path: Path) -> None:
+    made = [fsutil._new_private_file(str(tmp_path), "obj") for _ in range(50)]
+    try:
+        paths = {path for _, path in made}
+        assert len(paths) == 50  # each call made its own file
+        for path in paths:
+            name = os.path.basename(path)
+            assert name.startswith(".obj.") and name.endswith(fsutil.TEMP_SUFFIX)  # what remove_abandoned_temp_files matches
+            assert os.stat(path).st_mode & 0o777 == 0o600
+    finally:
+        for fd, _ in made:
+            os.close(fd)
+
+
+def test_temp_file_names_that_keep_colliding_give_up_after_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = 0
+
+    def same_bytes(n: int) -> bytes:
+        nonlocal calls
+        calls += 1
+        return bytes(n)
+
+    monkeypatch.setattr(fsutil.os, "urandom", same_bytes)
+    fd, path = fsutil._new_private_file(str(tmp_path), "obj")
+    os.close(fd)
+    calls = 0
+    with pytest.raises(FileExistsError):
+        fsutil._new_private_file(str(tmp_path), "obj")
+    assert calls == fsutil._NAME_ATTEMPTS
+    assert os.listdir(tmp_path) == [os.path.basename(path)]  # nothing else made, the first untouched
