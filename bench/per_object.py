@@ -1,0 +1,133 @@
+"""CPU per small object: one agent (`git xet transfer`) fed `--objects` upload requests for LFS
+objects of 4-64 KiB, one at a time as git-lfs sends them, into a fresh local store and into a
+fresh `git xet serve`; reports the agent's and the server's CPU milliseconds per object.
+
+    python bench/per_object.py [--objects 500] [--repeats 3] [--json OUT]
+
+A diagnostic for bench/many_files.py, whose push is these costs a thousand times over plus
+git's, git-lfs's and eight agents' start-ups. Here there is no git and no contention between
+agents for the machine's cores, so a change to the per-object path shows through less noise
+than in the wall time of a push. The agent's figure includes its start-up once (divided among
+the objects); CPU is from wait4 for the agent (user and sys apart: the kernel's share moves
+with the file system's state, e.g. after many files were deleted, more than with our code) and
+/proc for the server (user + sys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, median, process_cpu, write_json
+from many_files import compile_bytecode
+
+from git_xet.client.location import create_local_store
+from tests.support.server_process import running_server
+
+KIB = 1024
+STORES = ("local", "serve")
+MEASURES = ("agent_user_ms", "agent_sys_ms", "server_ms")
+
+
+def lfs_objects(repo: Path, count: int, seed: int = 0) -> list[dict]:
+    """`count` objects in git-lfs's layout under repo/.git/lfs, as upload requests."""
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    rng = random.Random(seed)
+    requests = []
+    for _ in range(count):
+        data = rng.randbytes(rng.randint(4 * KIB, 64 * KIB))
+        oid = hashlib.sha256(data).hexdigest()
+        path = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        requests.append({"event": "upload", "oid": oid, "size": len(data), "path": str(path)})
+    return requests
+
+
+def agent_cpu(repo: Path, requests: list[dict], env: dict[str, str]) -> tuple[float, float]:
+    """User and sys CPU seconds of one agent serving `requests`; raises unless every upload
+    completed."""
+    init = {"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8}
+    with tempfile.TemporaryFile("w+") as stdin, tempfile.TemporaryFile("w+") as stdout:
+        stdin.write("".join(json.dumps(m) + "\n" for m in (init, *requests, {"event": "terminate"})))
+        stdin.seek(0)
+        agent = subprocess.Popen([sys.executable, "-m", "git_xet", "transfer"], stdin=stdin, stdout=stdout, stderr=subprocess.DEVNULL, cwd=repo, env=env)
+        _, status, usage = os.wait4(agent.pid, 0)
+        agent.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        answers = [json.loads(line) for line in stdout if line.strip()]
+    completes = [m for m in answers if m.get("event") == "complete"]
+    if agent.returncode != 0 or len(completes) != len(requests) or any("error" in m for m in completes):
+        raise RuntimeError(f"the agent failed (exit {agent.returncode}): {[m for m in completes if 'error' in m][:3]}")
+    return usage.ru_utime, usage.ru_stime
+
+
+@contextmanager
+def store(kind: str, root: Path, env: dict[str, str]) -> Iterator[int | None]:
+    """A fresh store of `kind` configured in `env`; yields the server's pid (None: no server)."""
+    if kind == "local":
+        create_local_store(root / "store")  # as `git xet install --standalone` does
+        env["GIT_XET_ENDPOINT"] = str(root / "store")
+        yield None
+    else:
+        with running_server(root / "data") as srv:
+            env["GIT_XET_ENDPOINT"] = srv.url
+            env["GIT_XET_TOKEN"] = srv.token("write")
+            yield srv.process.pid
+
+
+def measure(kind: str, root: Path, requests: list[dict], repo: Path) -> dict[str, float]:
+    root.mkdir()
+    env = dict(os.environ, GIT_XET_CACHE=str(root / "cache"))
+    with store(kind, root, env) as server_pid:
+        server0 = process_cpu(server_pid) if server_pid else 0.0
+        user, sys_ = agent_cpu(repo, requests, env)
+        server = process_cpu(server_pid) - server0 if server_pid else 0.0
+    per_object = 1000 / len(requests)
+    return {"agent_user_ms": user * per_object, "agent_sys_ms": sys_ * per_object, "server_ms": server * per_object}
+
+
+def run(objects: int, repeats: int) -> dict:
+    compile_bytecode()
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in STORES}
+    with tempfile.TemporaryDirectory(prefix="git-xet-bench-objects-") as tmp:
+        base = Path(tmp)
+        requests = lfs_objects(base / "repo", objects)
+        for r in range(repeats):
+            for kind in STORES if r % 2 == 0 else reversed(STORES):
+                runs[kind].append(measure(kind, base / f"{kind}-{r}", requests, base / "repo"))
+    return {
+        "objects": objects,
+        "repeats": repeats,
+        "machine": machine(),
+        "stores": {kind: {key: median([m[key] for m in measured]) for key in MEASURES} for kind, measured in runs.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    summary = run(args.objects, args.repeats)
+    print(f"{args.objects} LFS objects of 4-64 KiB through one agent, median of {args.repeats}; {summary['machine']}")
+    print(f"{'store':<8}{'agent CPU ms/object, user + sys':>34}{'server CPU ms/object':>23}")
+    for kind, m in summary["stores"].items():
+        print(f"{kind:<8}{m['agent_user_ms']:>25.2f} + {m['agent_sys_ms']:.2f}{m['server_ms']:>23.2f}")
+    write_json(args.json, summary)
+
+
+if __name__ == "__main__":
+    main()
