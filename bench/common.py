@@ -38,10 +38,16 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def process_cpu(pid: int) -> float:
-    """User + sys seconds a running process (all its threads) has used so far, from /proc."""
+def process_times(pid: int) -> tuple[float, float]:
+    """User and sys seconds a running process (all its threads) has used so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def process_cpu(pid: int) -> float:
+    """User + sys seconds a running process (all its threads) has used so far."""
+    return sum(process_times(pid))
 
 
 def write_random_file(path: Path, size: int, seed: int) -> None:

@@ -8,9 +8,9 @@ A diagnostic for bench/many_files.py, whose push is these costs a thousand times
 git's, git-lfs's and eight agents' start-ups. Here there is no git and no contention between
 agents for the machine's cores, so a change to the per-object path shows through less noise
 than in the wall time of a push. The agent's figure includes its start-up once (divided among
-the objects); CPU is from wait4 for the agent (user and sys apart: the kernel's share moves
-with the file system's state, e.g. after many files were deleted, more than with our code) and
-/proc for the server (user + sys).
+the objects). CPU comes from wait4 for the agent and /proc for the server, user and sys apart:
+the kernel's share moves with the file system's state (creating files gets dearer after many
+were deleted) more than with our code.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median, process_cpu, write_json
+from common import machine, median, process_times, write_json
 from many_files import compile_bytecode
 
 from git_xet.client.location import create_local_store
@@ -37,7 +37,7 @@ from tests.support.server_process import running_server
 
 KIB = 1024
 STORES = ("local", "serve")
-MEASURES = ("agent_user_ms", "agent_sys_ms", "server_ms")
+MEASURES = ("agent_user_ms", "agent_sys_ms", "server_user_ms", "server_sys_ms")
 
 
 def lfs_objects(repo: Path, count: int, seed: int = 0) -> list[dict]:
@@ -91,11 +91,16 @@ def measure(kind: str, root: Path, requests: list[dict], repo: Path) -> dict[str
     root.mkdir()
     env = dict(os.environ, GIT_XET_CACHE=str(root / "cache"))
     with store(kind, root, env) as server_pid:
-        server0 = process_cpu(server_pid) if server_pid else 0.0
+        server0 = process_times(server_pid) if server_pid else (0.0, 0.0)
         user, sys_ = agent_cpu(repo, requests, env)
-        server = process_cpu(server_pid) - server0 if server_pid else 0.0
+        server1 = process_times(server_pid) if server_pid else (0.0, 0.0)
     per_object = 1000 / len(requests)
-    return {"agent_user_ms": user * per_object, "agent_sys_ms": sys_ * per_object, "server_ms": server * per_object}
+    return {
+        "agent_user_ms": user * per_object,
+        "agent_sys_ms": sys_ * per_object,
+        "server_user_ms": (server1[0] - server0[0]) * per_object,
+        "server_sys_ms": (server1[1] - server0[1]) * per_object,
+    }
 
 
 def run(objects: int, repeats: int) -> dict:
@@ -123,9 +128,11 @@ def main() -> None:
     args = parser.parse_args()
     summary = run(args.objects, args.repeats)
     print(f"{args.objects} LFS objects of 4-64 KiB through one agent, median of {args.repeats}; {summary['machine']}")
-    print(f"{'store':<8}{'agent CPU ms/object, user + sys':>34}{'server CPU ms/object':>23}")
+    print(f"{'store':<8}{'agent CPU ms/object, user + sys':>34}{'server CPU ms/object, user + sys':>36}")
     for kind, m in summary["stores"].items():
-        print(f"{kind:<8}{m['agent_user_ms']:>25.2f} + {m['agent_sys_ms']:.2f}{m['server_ms']:>23.2f}")
+        agent = f"{m['agent_user_ms']:.2f} + {m['agent_sys_ms']:.2f}"
+        server = f"{m['server_user_ms']:.2f} + {m['server_sys_ms']:.2f}" if kind == "serve" else "-"
+        print(f"{kind:<8}{agent:>34}{server:>36}")
     write_json(args.json, summary)
 
 
