@@ -132,16 +132,17 @@ class _NoCookies(httpx.Cookies):
 class _CookielessClient(httpx.Client):
     """httpx.Client with _NoCookies (httpx copies whatever store it is given into its own)."""
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._none_kept = _NoCookies()
+
     @property
     def cookies(self) -> httpx.Cookies:
-        return _NO_COOKIES
+        return self._none_kept
 
     @cookies.setter
     def cookies(self, cookies: object) -> None:
         raise TypeError("this client keeps no cookies")
-
-
-_NO_COOKIES = _NoCookies()
 
 
 def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
