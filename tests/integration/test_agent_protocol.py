@@ -110,6 +110,32 @@ def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
     assert store_index.file_by_sha256(other_oid) is None
 
 
+def test_lfs_storage_that_is_a_symlink_elsewhere_is_still_its_storage(tmp_path: Path) -> None:
+    """`.git/lfs` linked to another disk (as some set-ups do for space): its objects upload; a
+    file beside the link's target is still outside."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    elsewhere = tmp_path / "big-disk" / "lfs"
+    elsewhere.mkdir(parents=True)
+    (repo / ".git" / "lfs").symlink_to(elsewhere)
+    data = random_bytes(50_000, 3)
+    oid, obj = _lfs_object(repo, data)
+    beside = elsewhere.parent / "beside.bin"
+    beside.write_bytes(data)
+    store = tmp_path / "store"
+    create_local_store(store)
+    lines = [
+        INIT,
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(obj)}),
+        json.dumps({"event": "upload", "oid": oid, "size": len(data), "path": str(beside)}),
+        json.dumps({"event": "terminate"}),
+    ]
+    out, stderr, _ = _agent(repo, lines, {"GIT_XET_ENDPOINT": str(store)})
+    completes = [m for m in out if m.get("event") == "complete"]
+    assert completes[0] == {"event": "complete", "oid": oid}, stderr
+    assert "outside this repository's LFS storage" in completes[1]["error"]["message"]
+
+
 def test_stdout_stays_clean_when_a_library_prints(tmp_path: Path) -> None:
     """Anything written to stdout by Python or C code inside the agent lands on stderr."""
     script = (
