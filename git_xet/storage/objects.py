@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -129,18 +128,14 @@ class DirectoryObjectStore:
         Only while no write is under way (the writers' lock is free): a temp file being
         written is never removed. When some process is writing, nothing is removed now.
         """
-        fd = os.open(self.root / WRITERS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.info("not removing temp files in %s: a write is under way", self.root)
-                return 0
-            removed = 0
-            for path in self.root.rglob(f".*{TEMP_SUFFIX}"):
-                if path.is_file():
-                    path.unlink(missing_ok=True)
-                    removed += 1
-            return removed
-        finally:
-            os.close(fd)
+            with held_flock(self.root / WRITERS_LOCK, fcntl.LOCK_EX | fcntl.LOCK_NB, mode=0o644):
+                removed = 0
+                for path in self.root.rglob(f".*{TEMP_SUFFIX}"):
+                    if path.is_file():
+                        path.unlink(missing_ok=True)
+                        removed += 1
+                return removed
+        except BlockingIOError:  # from the lock: a writer holds it
+            log.info("not removing temp files in %s: a write is under way", self.root)
+            return 0
