@@ -6,12 +6,14 @@ A stalled upload or a client that stops reading must not pin a connection's buff
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import mmap
+from collections.abc import AsyncGenerator, AsyncIterator
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from .errors import RequestRefused
+from .http_guard import BODY_INTO, BodySink
 
 DEFAULT_IDLE_TIMEOUT = 60.0
 
@@ -59,39 +61,76 @@ class _IdleWatchdog:
         self._timer.cancel()
 
 
-async def body_parts(request: Request, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> AsyncIterator[bytes]:
-    """The body's parts as they arrive, refused (413) past `limit` bytes (before a part that
-    crosses it is yielded) and (408) after `idle_timeout` seconds without a byte: iterate it
-    only once the request is authorized."""
+def _declared_length(request: Request, limit: int) -> int | None:
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is None or not declared.isdigit():
+        return None
+    if int(declared) > limit:
         raise RequestRefused(413, f"body of {declared} bytes exceeds the {limit}-byte limit")
+    return int(declared)
+
+
+async def _arrivals(request: Request, limit: int, idle_timeout: float, sink: BodySink | None) -> AsyncIterator[tuple[bytes, int]]:
+    """(part, bytes received so far) per ASGI message, within body_parts' bounds. With a
+    sink, the connection writes the body into it and parts are empty (except any that came
+    as messages, which are written into it here)."""
+    declared = _declared_length(request, limit)
     received = 0
-    stream = request.stream().__aiter__()
     watchdog = _IdleWatchdog(idle_timeout)
     try:
         while True:
             watchdog.wait_begins()
             try:
-                part = await stream.__anext__()
-            except StopAsyncIteration:
-                break
+                message = await request.receive()
             except asyncio.CancelledError:
                 if watchdog.took_cancel():
                     raise RequestRefused(408, f"no body bytes for {idle_timeout:g} s; send the request again") from None
                 raise
             watchdog.wait_ends()
-            received += len(part)
+            if message["type"] == "http.disconnect":
+                raise RequestRefused(400, "client disconnected before sending the whole body")
+            part = message.get("body", b"")
+            if sink is not None:
+                sink.write(part)
+                received = sink.received
+            else:
+                received += len(part)
             if received > limit:
                 raise RequestRefused(413, f"body exceeds the {limit}-byte limit")
-            if part:
-                yield part
-    except ClientDisconnect:
-        raise RequestRefused(400, "client disconnected before sending the whole body") from None
+            yield part, received
+            if not message.get("more_body", False):
+                break
     finally:
         watchdog.stop()
-    if declared is not None and declared.isdigit() and received != int(declared):
+    if declared is not None and received != declared:
         raise RequestRefused(400, "body is shorter than its Content-Length")
+
+
+async def body_parts(request: Request, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> AsyncIterator[bytes]:
+    """The body's parts as they arrive, refused (413) past `limit` bytes (before a part that
+    crosses it is yielded) and (408) after `idle_timeout` seconds without a byte: iterate it
+    only once the request is authorized."""
+    async for part, _ in _arrivals(request, limit, idle_timeout, None):
+        if part:
+            yield part
+
+
+async def body_into(request: Request, buffer: bytearray | mmap.mmap, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> AsyncGenerator[int, None]:
+    """The body written into `buffer` (from offset 0) as it arrives, within body_parts' bounds
+    (`limit` <= len(buffer)); yields how many bytes are in after each arrival. Under our
+    protocol (http_guard.BODY_INTO) the connection writes into the buffer itself; elsewhere
+    (another ASGI server, a test client) each part is copied in. Nothing is written into the
+    buffer once the iteration ends."""
+    into = request.scope.get("extensions", {}).get(BODY_INTO)
+    sink = into(buffer, limit) if into is not None else BodySink(buffer, limit)
+    try:
+        last = 0
+        async for _, received in _arrivals(request, limit, idle_timeout, sink):
+            if received != last:
+                last = received
+                yield received
+    finally:
+        sink.close()
 
 
 async def read_body(request: Request, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> bytes:

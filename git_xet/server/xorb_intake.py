@@ -3,8 +3,9 @@
 Joining a 64 MiB body from its parts cost a fresh 64 MiB allocation per upload (page faults
 on every byte) and a second copy of the body in memory; the chunk hashes then waited until
 the last byte. Here each part is copied once into a buffer of MAX_XORB_BODY bytes taken from
-a small pool, and a worker thread hashes the complete chunk records (and the CRC-64 a grant
-declares) every ADVANCE_STEP bytes, so when the body is in, little verification is left.
+a small pool (by the connection itself under our protocol: see http_io.body_into), and a
+worker thread hashes the complete chunk records (and the CRC-64 a grant declares) every
+ADVANCE_STEP bytes, so when the body is in, little verification is left.
 
 Memory per request stays what it was: one buffer of at most MAX_XORB_BODY bytes, and the
 body limits of body_parts apply. Idle buffers are kept for reuse (KEPT_BUFFERS at most) and
@@ -17,7 +18,7 @@ import asyncio
 import mmap
 import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -25,7 +26,7 @@ from starlette.requests import Request
 from ..core.xorb import MAX_XORB_BODY_BYTES
 from ..core.xorb_stream import StreamingXorbVerifier
 from ..memory import anonymous_buffer
-from .http_io import body_parts
+from .http_io import body_into
 from .worker_threads import in_worker
 
 # The largest serialized xorb verify_xorb accepts, plus room for a footer a client may send.
@@ -89,14 +90,13 @@ async def receive_xorb(request: Request, buffers: ReceiveBuffers, limit: int, id
     try:
         verifier = StreamingXorbVerifier(buffer, crc=crc)
         received = stepped = 0
-        async for part in body_parts(request, limit, idle_timeout):
-            buffer[received : received + len(part)] = part
-            received += len(part)
-            if received - stepped >= ADVANCE_STEP and (stepping is None or stepping.done()):
-                if stepping is not None:
-                    stepping.result()
-                stepping = asyncio.ensure_future(in_worker(verifier.advance, received))
-                stepped = received
+        async with aclosing(body_into(request, buffer, limit, idle_timeout)) as arrivals:  # closed: no byte lands after
+            async for received in arrivals:
+                if received - stepped >= ADVANCE_STEP and (stepping is None or stepping.done()):
+                    if stepping is not None:
+                        stepping.result()
+                    stepping = asyncio.ensure_future(in_worker(verifier.advance, received))
+                    stepped = received
         if stepping is not None:
             await stepping
         yield ReceivedXorb(received, verifier)
