@@ -48,6 +48,7 @@ from .auth import KINDS, Claims, Signer, load_secret, presented_token
 from .errors import RangeNotSatisfiable, RequestRefused, error_frame, exception_handlers, refusal
 from .grants import Grants
 from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
+from .http_guard import BODY_INTO, BodySink
 from .hub import HubEmulation, hub_routes
 from .reconstruction import parse_range_header, with_signed_urls
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
@@ -425,6 +426,18 @@ class _AccessLog:
             return
         start = time.perf_counter()
         seen = {"status": 0, "bytes_in": 0, "bytes_out": 0}
+        # A body taken into a sink (http_guard.BODY_INTO) passes through no message: count it
+        # there. (Under our protocol a sink's request has no body in its messages.)
+        sinks: list[BodySink] = []
+        extensions = scope.get("extensions") or {}
+        into = extensions.get(BODY_INTO)
+        if into is not None:
+
+            def counted_into(buffer, limit: int) -> BodySink:
+                sinks.append(into(buffer, limit))
+                return sinks[-1]
+
+            scope = {**scope, "extensions": {**extensions, BODY_INTO: counted_into}}
 
         async def receive_wrapper():
             message = await receive()
@@ -452,7 +465,7 @@ class _AccessLog:
                         "path": scope["path"],
                         "status": seen["status"],
                         "ms": round(1000 * (time.perf_counter() - start), 1),
-                        "bytes_in": seen["bytes_in"],  # request and response body sizes
+                        "bytes_in": seen["bytes_in"] + sum(sink.received for sink in sinks),  # request and response body sizes
                         "bytes_out": seen["bytes_out"],
                         "client": (scope.get("client") or ["?"])[0],
                     }
