@@ -8,7 +8,6 @@ import logging
 import os
 import ssl
 import urllib.request
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +17,7 @@ from .. import __version__
 from ..core.checksums import crc64nvme
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex, hex_to_hash
-from ..core.http_headers import SESSION_ID, bearer
+from ..core.http_headers import SESSION_ID, bearer, new_session_id
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard, parse_shard
 from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
@@ -243,7 +242,7 @@ class HttpCasBackend:
         environment names a proxy."""
         self.endpoint = endpoint.rstrip("/")
         self.tokens = tokens or StaticToken(None)
-        self.session_id = session_id or str(uuid.uuid4())
+        self.session_id = session_id or new_session_id()
         self.policy = policy or RetryPolicy.from_env()
         self._owns_http = http is None  # a client passed in is its owner's to close
         self.http = http or make_http_client()

@@ -20,3 +20,16 @@ LOADED = (
 def test_an_agent_session_loads_neither_pipeline_until_an_object_needs_it() -> None:
     proc = subprocess.run([sys.executable, "-c", LOADED], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(proc.stdout) == []
+
+
+UPLOADING = (
+    "import sys, json\n"
+    "import git_xet.agent.session, git_xet.agent.routing, git_xet.client.http_backend, git_xet.client.local_backend, git_xet.pipelines.upload\n"
+    "print(json.dumps(sorted(m for m in ('uuid', 'platform', 'difflib', 'git_xet.pipelines.download') if m in sys.modules)))\n"
+)
+
+
+def test_the_upload_path_imports_no_module_it_has_replaced() -> None:
+    """uuid (with platform) and difflib cost ~3-5 ms per agent; what used them does without."""
+    proc = subprocess.run([sys.executable, "-c", UPLOADING], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(proc.stdout) == []
