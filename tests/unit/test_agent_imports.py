@@ -9,27 +9,20 @@ import json
 import subprocess
 import sys
 
-LOADED = (
-    "import sys, json\n"
-    "from git_xet.agent.session import AgentSession\n"
-    "AgentSession(None)\n"
-    "print(json.dumps(sorted(m for m in ('git_xet.pipelines.download', 'git_xet.pipelines.upload', 'ctypes.util', 'httpx') if m in sys.modules)))\n"
-)
+
+def _loaded_after(setup: str, candidates: tuple[str, ...]) -> list[str]:
+    """Which of `candidates` a fresh interpreter has imported once it ran `setup`."""
+    script = f"import sys, json\n{setup}\nprint(json.dumps(sorted(m for m in {candidates!r} if m in sys.modules)))\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(proc.stdout)
 
 
 def test_an_agent_session_loads_neither_pipeline_until_an_object_needs_it() -> None:
-    proc = subprocess.run([sys.executable, "-c", LOADED], capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(proc.stdout) == []
-
-
-UPLOADING = (
-    "import sys, json\n"
-    "import git_xet.agent.session, git_xet.agent.routing, git_xet.client.http_backend, git_xet.client.local_backend, git_xet.pipelines.upload\n"
-    "print(json.dumps(sorted(m for m in ('uuid', 'platform', 'difflib', 'git_xet.pipelines.download') if m in sys.modules)))\n"
-)
+    setup = "from git_xet.agent.session import AgentSession\nAgentSession(None)"
+    assert _loaded_after(setup, ("git_xet.pipelines.download", "git_xet.pipelines.upload", "ctypes.util", "httpx")) == []
 
 
 def test_the_upload_path_imports_no_module_it_has_replaced() -> None:
     """uuid (with platform) and difflib cost ~3-5 ms per agent; what used them does without."""
-    proc = subprocess.run([sys.executable, "-c", UPLOADING], capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(proc.stdout) == []
+    setup = "import git_xet.agent.session, git_xet.agent.routing, git_xet.client.http_backend, git_xet.client.local_backend, git_xet.pipelines.upload"
+    assert _loaded_after(setup, ("uuid", "platform", "difflib", "git_xet.pipelines.download")) == []
