@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -70,7 +71,7 @@ def _declared_length(request: Request, limit: int) -> int | None:
     return int(declared)
 
 
-async def _arrivals(request: Request, limit: int, idle_timeout: float, sink: BodySink | None) -> AsyncIterator[tuple[bytes, int]]:
+async def _arrivals(request: Request, limit: int, idle_timeout: float, sink: BodySink | None) -> AsyncGenerator[tuple[bytes, int], None]:
     """(part, bytes received so far) per ASGI message, within body_parts' bounds. With a
     sink, the connection writes the body into it and parts are empty (except any that came
     as messages, which are written into it here)."""
@@ -110,9 +111,10 @@ async def body_parts(request: Request, limit: int, idle_timeout: float = DEFAULT
     """The body's parts as they arrive, refused (413) past `limit` bytes (before a part that
     crosses it is yielded) and (408) after `idle_timeout` seconds without a byte: iterate it
     only once the request is authorized."""
-    async for part, _ in _arrivals(request, limit, idle_timeout, None):
-        if part:
-            yield part
+    async with aclosing(_arrivals(request, limit, idle_timeout, None)) as arrivals:  # its timer stops with us
+        async for part, _ in arrivals:
+            if part:
+                yield part
 
 
 async def body_into(request: Request, buffer: bytearray | mmap.mmap, limit: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> AsyncGenerator[int, None]:
@@ -125,10 +127,11 @@ async def body_into(request: Request, buffer: bytearray | mmap.mmap, limit: int,
     sink = into(buffer, limit) if into is not None else BodySink(buffer, limit)
     try:
         last = 0
-        async for _, received in _arrivals(request, limit, idle_timeout, sink):
-            if received != last:
-                last = received
-                yield received
+        async with aclosing(_arrivals(request, limit, idle_timeout, sink)) as arrivals:
+            async for _, received in arrivals:
+                if received != last:
+                    last = received
+                    yield received
     finally:
         sink.close()
 
