@@ -119,14 +119,17 @@ class CasStore:
         passes one that copies the staged body inside the bucket instead. Either way the
         object holds exactly the verified body and its footer."""
         key = self.xorb_key(xorb_hex)
-        expected = hashes.hex_to_hash(xorb_hex)
-        if self.xorb_layout(xorb_hex) is not None and self.objects.exists(key):
+        if self._is_stored(xorb_hex, key):
             return False
         try:
-            verified = verify(expected)
+            verified = verify(hashes.hex_to_hash(xorb_hex))
         except FormatError as exc:
             raise Rejected(f"rejected xorb {xorb_hex}: {exc}") from None
-        with self._full_disk_reported():
+        # One writer of this xorb at a time, whatever the store's conditional create does; the
+        # second finds what the first stored and indexed.
+        with self.index.xorb_writer_lock(xorb_hex.lower()), self._full_disk_reported():
+            if self._is_stored(xorb_hex, key):
+                return False
             if create is None:
                 created = self.objects.put_new(key, verified.body, verified.footer().serialize())
             else:
@@ -136,6 +139,9 @@ class CasStore:
             else:
                 self._index_stored_xorb(xorb_hex, verified)
         return created
+
+    def _is_stored(self, xorb_hex: str, key: str) -> bool:
+        return self.xorb_layout(xorb_hex) is not None and self.objects.exists(key)
 
     @contextmanager
     def _full_disk_reported(self) -> Iterator[None]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -94,6 +95,14 @@ class MetadataIndex(Protocol):
         """Record a stored xorb's layout unless one is recorded; True if this call recorded it.
         `before_insert` runs first, only when the xorb is absent, while no other writer can
         record this xorb (used to replace a damaged object before indexing it)."""
+
+    def xorb_writer_lock(self, xorb_hex: str) -> AbstractContextManager[None]:
+        """Held while a xorb's object is created and indexed: one holder per xorb among every
+        writer sharing the index (threads, processes, and for PostgreSQL, replicas). An object
+        store's conditional create alone does not decide the winner: some S3-compatible stores
+        (SeaweedFS 4.x) let two racing conditional multipart completions both succeed, the
+        later replacing the object the earlier had indexed. Not held by add_xorb: it may be
+        taken inside this."""
 
     def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
         """Call `remove` (delete an orphaned object) unless the xorb is indexed; True if it ran.

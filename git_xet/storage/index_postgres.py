@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -186,6 +187,25 @@ class PostgresIndex:
                 return cur.fetchone() is not None
 
         return self._run(work)
+
+    @contextmanager
+    def xorb_writer_lock(self, xorb_hex: str) -> Iterator[None]:
+        """A session advisory lock (seed 1: not _lock_xorb's, which add_xorb takes inside it),
+        on this thread's connection. If that connection breaks meanwhile, PostgreSQL has
+        released the lock with the session; closing it is how a failed unlock releases it."""
+
+        def take(conn: psycopg.Connection) -> psycopg.Connection:
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 1))", (xorb_hex,))
+            return conn
+
+        conn = self._run(take)
+        try:
+            yield
+        finally:
+            try:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 1))", (xorb_hex,))
+            except psycopg.Error:
+                conn.close()
 
     def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
         def work(conn: psycopg.Connection) -> bool:

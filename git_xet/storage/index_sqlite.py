@@ -90,6 +90,9 @@ CREATE TABLE IF NOT EXISTS revoked_tokens (
 """
 
 SCHEMA_VERSION = 3
+# Stripes of xorb_writer_lock: writers of two xorbs wait for each other only when their
+# hashes share a first byte, and then only for an object write.
+XORB_LOCK_STRIPES = 256
 # Version 0 had one namespace and stored every sha256 a client claimed. Its files become the
 # files of the repo DEFAULT_REPO (what tokens name unless told otherwise); its claimed sha256s
 # become that repo's oids, but no longer count as verified.
@@ -111,6 +114,9 @@ class SqliteIndex:
         self._local = threading.local()
         self._write_lock = threading.Lock()
         self._lock_fd: int | None = None
+        self._xorb_stripes = [threading.Lock() for _ in range(XORB_LOCK_STRIPES)]
+        self._xorb_lock_fd: int | None = None
+        self._xorb_lock_file_made = threading.Lock()
         self._shared_writer: sqlite3.Connection | None = None
         self._sync_lock = threading.Lock()  # one WAL fsync at a time in this process
         self._commits = 0  # commits of this process so far
@@ -232,6 +238,9 @@ class SqliteIndex:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._xorb_lock_fd is not None:
+            os.close(self._xorb_lock_fd)
+            self._xorb_lock_fd = None
 
     # ------------------------------------------------------------------ xorbs
 
@@ -243,6 +252,29 @@ class SqliteIndex:
                 before_insert()
             db.execute("INSERT INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)", layout_row(layout, body_size))
         return True
+
+    @contextmanager
+    def xorb_writer_lock(self, xorb_hex: str) -> Iterator[None]:
+        """One of XORB_LOCK_STRIPES stripes: a thread lock (POSIX record locks do not exclude
+        threads of one process), then a one-byte `lockf` range of `<index>.xorbs.lock` (across
+        processes). Not the write lock: an object write can take a while, and every other
+        index write would wait for it."""
+        stripe = int(xorb_hex[:2], 16) % XORB_LOCK_STRIPES
+        with self._xorb_stripes[stripe]:
+            fd = self._xorb_lock_file()
+            fcntl.lockf(fd, fcntl.LOCK_EX, 1, stripe)
+            try:
+                yield
+            finally:
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, stripe)
+
+    def _xorb_lock_file(self) -> int:
+        """The descriptor xorb_writer_lock's ranges are on, opened once (closing any descriptor
+        of the file would drop every record lock this process holds on it)."""
+        with self._xorb_lock_file_made:
+            if self._xorb_lock_fd is None:
+                self._xorb_lock_fd = os.open(f"{self.path}.xorbs.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            return self._xorb_lock_fd
 
     def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
         with self._db() as db:

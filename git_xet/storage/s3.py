@@ -16,7 +16,9 @@ others 412. Every PUT carries the body's CRC-64/NVME, so the store refuses a bod
 transit (400 BadDigest) instead of keeping it. `copy_new` is the same first-writer-wins write
 done inside the store (a multipart upload whose first part is copied from another object and
 whose completion is conditional): an upload grant's staged xorb becomes a stored one without
-its bytes passing through the server a second time.
+its bytes passing through the server a second time. Not every store makes that condition
+atomic: SeaweedFS 4.x lets two racing completions both succeed (the later replaces the
+object), so CasStore never relies on it alone (see MetadataIndex.xorb_writer_lock).
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,7 +26,9 @@ from hypothesis import strategies as st
 
 from git_xet.core import hashes
 from git_xet.core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileInfo, FileTerm, Shard, serialize_shard
-from git_xet.core.xorb import XorbLayout
+from git_xet.core.compression import CompressionScheme
+from git_xet.core.xorb import XorbLayout, verify_xorb
+from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.errors import Conflict, Misconfigured
 from git_xet.storage.index_base import (
@@ -39,8 +44,9 @@ from git_xet.storage.index_base import (
 from git_xet.storage.index_postgres import MIGRATIONS, PostgresIndex
 from git_xet.storage.index_sqlite import SCHEMA_VERSION as SQLITE_VERSION
 from git_xet.storage.index_sqlite import SqliteIndex
+from git_xet.storage.objects import DirectoryObjectStore
 from tests.support.datagen import random_bytes
-from tests.support.objects import single_xorb
+from tests.support.objects import encoded_xorb, single_xorb
 from tests.support.postgres_process import Postgres
 
 _names = itertools.count()
@@ -326,6 +332,109 @@ def test_a_damaged_xorb_is_replaced_once_under_concurrency(make_index) -> None:
         t.join(timeout=60)
     assert len(calls) == 1 and sorted(results) == [False] * 5 + [True]
     assert index.xorb_layout(layout.xorb_hex) == layout
+
+
+_TAKE_WRITER_LOCKS = """
+import sys
+from git_xet.storage.index_postgres import PostgresIndex
+from git_xet.storage.index_sqlite import SqliteIndex
+where = sys.argv[1]
+index = PostgresIndex(where) if where.startswith("postgresql://") else SqliteIndex(where)
+for xorb in sys.argv[2:]:
+    print("taking", xorb[:2], flush=True)
+    with index.xorb_writer_lock(xorb):
+        print("took", xorb[:2], flush=True)
+"""
+
+
+def test_a_xorbs_writer_lock_has_one_holder_among_threads_and_processes(make_index) -> None:
+    """Eight threads take one xorb's lock: never two inside at once. Another process opening
+    the same index waits for it while we hold it, and takes another xorb's meanwhile."""
+    index = make_index()
+    held, other = _hex(XORBS[0]), _hex(XORBS[1])
+    inside: list[int] = []
+    most: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def holder() -> None:
+        barrier.wait()
+        for _ in range(5):
+            with index.xorb_writer_lock(held):
+                inside.append(1)
+                most.append(len(inside))
+                time.sleep(0.002)
+                inside.pop()
+
+    threads = [threading.Thread(target=holder) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(most) == 40 and max(most) == 1
+
+    where = str(index.path) if isinstance(index, SqliteIndex) else index._url
+    with index.xorb_writer_lock(held):
+        child = subprocess.Popen([sys.executable, "-c", _TAKE_WRITER_LOCKS, where, other, held], stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        lines = [child.stdout.readline().strip() for _ in range(3)]
+        assert lines == [f"taking {other[:2]}", f"took {other[:2]}", f"taking {held[:2]}"]
+        time.sleep(0.5)
+        assert child.poll() is None  # still waiting for the lock we hold
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 0 and out.strip() == f"took {held[:2]}"
+
+
+class CheckThenWriteStore(DirectoryObjectStore):
+    """A store whose conditional create checks, waits, then writes: two racing creates of one
+    key can both succeed, the later replacing the earlier. SeaweedFS 4.x completes racing
+    conditional multipart uploads so (the grant commit's copy_new); this makes it every time.
+    Counts whole-object reads (reading back a stored xorb is what a writer that finds it avoids)."""
+
+    reads = 0
+
+    def read(self, key: str) -> bytes:
+        self.reads += 1
+        return super().read(key)
+
+    def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
+        if self.exists(key):
+            return False
+        time.sleep(0.02)
+        self.put(key, *parts)
+        return True
+
+
+def test_racing_uploads_of_one_xorb_leave_the_index_describing_the_stored_bytes(make_index, tmp_path: Path) -> None:
+    """Two encodings of one xorb (as two clients upload it) stored at once, through a store
+    whose conditional create is not atomic: one writer creates the object, the other finds it
+    indexed (without reading it back), and the index's layout is the stored object's (CasStore serialises a xorb's writers
+    through the index's lock, not the store's condition)."""
+    data = random_bytes(200_000, 5) + b"0123456789abcdef" * 20_000  # LZ4 shrinks only the second part
+    digest = hash_bytes(data)
+    bodies = [encoded_xorb(data, digest, scheme) for scheme in (CompressionScheme.NONE, CompressionScheme.LZ4)]
+    layouts = [verify_xorb(body).layout() for body in bodies]
+    assert layouts[0] != layouts[1]
+    xorb_hex = layouts[0].xorb_hex
+    for round_ in range(6):
+        root = tmp_path / f"store-{round_}"
+        objects = CheckThenWriteStore(root)
+        store = CasStore(root, objects=objects, index=make_index())
+        barrier = threading.Barrier(2)
+        created: list[bool] = []
+
+        def upload(body: bytes, store: CasStore, barrier: threading.Barrier, created: list[bool]) -> None:
+            barrier.wait()
+            created.append(store.put_xorb(xorb_hex, body))
+
+        threads = [threading.Thread(target=upload, args=(body, store, barrier, created)) for body in bodies]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+            assert not t.is_alive(), "an upload did not finish within 60 s"
+        assert sorted(created) == [False, True] and objects.reads == 0  # the second found the first's row
+        stored = verify_xorb(store.objects.read(store.xorb_key(xorb_hex)))
+        assert store.xorb_layout(xorb_hex) == stored.layout() and stored.layout() in layouts
 
 
 def test_an_index_from_a_newer_git_xet_is_refused(make_index) -> None:
