@@ -412,14 +412,17 @@ class CasStore:
             for first, stop in _read_pieces(layout, term.chunk_start, term.chunk_end, self.objects.read_piece):
                 start, end = layout.byte_range(first, stop)
                 data = self.read_xorb_range(xorb_hex, start, end)
-                records, _ = parse_chunk_records(data)
-                if len(records) != stop - first:
-                    raise Damaged(f"xorb {xorb_hex} is damaged on disk")
-                for index, record in zip(range(first, stop), records):
-                    chunk = decode_chunk(data, record)
-                    if verify and hashes.chunk_hash(chunk) != layout.chunk_hashes[index]:
-                        raise Damaged(f"xorb {xorb_hex} is damaged on disk")
-                    yield chunk
+                try:
+                    records, _ = parse_chunk_records(data)
+                    if len(records) != stop - first:
+                        raise FormatError(f"{len(records)} whole chunk records where the index has {stop - first}")
+                    for index, record in zip(range(first, stop), records):
+                        chunk = decode_chunk(data, record)
+                        if verify and hashes.chunk_hash(chunk) != layout.chunk_hashes[index]:
+                            raise FormatError(f"chunk {index} does not hash to the index's chunk hash")
+                        yield chunk
+                except FormatError as exc:  # the stored bytes are not what was verified and indexed
+                    raise Damaged(f"xorb {xorb_hex} is damaged on disk ({exc})") from None
 
     def file_by_sha256(self, oid: str, repo: str = DEFAULT_REPO) -> StoredFile | None:
         """The XET file that this Git LFS oid (sha256) names in `repo`, if any."""

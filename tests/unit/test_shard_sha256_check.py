@@ -13,10 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from git_xet.core import hashes, shard
+from git_xet.core.compression import CompressionScheme
+from git_xet.core.xorb import verify_xorb
+from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.errors import Damaged, Rejected
 from tests.support.datagen import random_bytes
-from tests.support.objects import single_xorb
+from tests.support.objects import encoded_xorb, single_xorb
 
 
 def _stored(store: CasStore, data: bytes, claim: bytes | None = None) -> tuple[bytes, str]:
@@ -61,5 +64,30 @@ def test_intact_bytes_and_a_right_claim_register(tmp_path: Path) -> None:
         body, _ = _stored(store, data)
         assert store.register_shard(body, verify_sha256=True)
         assert store.file_by_sha256(hashlib.sha256(data).hexdigest()) is not None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("damage", ["another encoding", "a chunk header"])
+def test_stored_bytes_that_do_not_parse_as_the_index_says_are_damage(tmp_path: Path, damage: str) -> None:
+    """Stored bytes whose records do not fall where the index's layout says (another valid
+    encoding of the xorb in its place, as a store with a non-atomic conditional write can
+    leave; or a damaged chunk header): Damaged, which says so, not an internal error."""
+    store = CasStore(tmp_path / "store")
+    try:
+        data = random_bytes(150_000, 3) + b"0123456789abcdef" * 20_000  # LZ4 shrinks only the second part
+        body, key = _stored(store, data)
+        path = Path(store.root) / key
+        if damage == "another encoding":
+            digest = hash_bytes(data)
+            other = encoded_xorb(data, digest, CompressionScheme.LZ4)
+            path.write_bytes(other + verify_xorb(other).footer().serialize())
+        else:
+            stored = bytearray(path.read_bytes())
+            stored[0] ^= 0xFF  # the first chunk's format version
+            path.write_bytes(bytes(stored))
+        with pytest.raises(Damaged, match=f"xorb {key.rsplit('/', 1)[1]} is damaged"):
+            store.register_shard(body, verify_sha256=True)
+        assert store.stats()["files"] == 0
     finally:
         store.close()
