@@ -116,7 +116,7 @@ class SqliteIndex:
         self._lock_fd: int | None = None
         self._xorb_stripes = [threading.Lock() for _ in range(XORB_LOCK_STRIPES)]
         self._xorb_lock_fd: int | None = None
-        self._xorb_lock_file_made = threading.Lock()
+        self._xorb_lock_file_opening = threading.Lock()
         self._shared_writer: sqlite3.Connection | None = None
         self._sync_lock = threading.Lock()  # one WAL fsync at a time in this process
         self._commits = 0  # commits of this process so far
@@ -271,7 +271,7 @@ class SqliteIndex:
     def _xorb_lock_file(self) -> int:
         """The descriptor xorb_writer_lock's ranges are on, opened once (closing any descriptor
         of the file would drop every record lock this process holds on it)."""
-        with self._xorb_lock_file_made:
+        with self._xorb_lock_file_opening:
             if self._xorb_lock_fd is None:
                 self._xorb_lock_fd = os.open(f"{self.path}.xorbs.lock", os.O_RDWR | os.O_CREAT, 0o600)
             return self._xorb_lock_fd
