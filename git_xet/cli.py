@@ -163,9 +163,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     totals = last_push(state)
     if args.json:
         import json
-        from dataclasses import asdict
 
-        print(json.dumps(asdict(totals) if totals else None))
+        print(json.dumps(totals.as_dict() if totals else None))
     else:
         print(f"last push: {describe(totals)}" if totals else "no push through git-xet recorded in this repository yet")
     return 0

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-
-DEFAULT_TIMEOUT = 60.0
+from typing import NamedTuple
 # The returncode reported when git could not be run at all (missing, or timed out).
+DEFAULT_TIMEOUT = 60.0
 NOT_RUN = -1
 
 
-@dataclass(frozen=True)
-class GitResult:
+class GitResult(NamedTuple):
     returncode: int
     stdout: str
     stderr: str

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from ..core.errors import XetError
@@ -61,8 +61,7 @@ def git_common_dir() -> Path:
     return Path(common).resolve()
 
 
-@dataclass(frozen=True)
-class StandaloneTarget:
+class StandaloneTarget(NamedTuple):
     kind: str  # "local" or "http"
     location: str
     token: str | None
@@ -150,8 +149,7 @@ def hub_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
-@dataclass(frozen=True)
-class HubRepo:
+class HubRepo(NamedTuple):
     """Where a Hub-style server's XET token routes are, derived from its LFS endpoint."""
 
     base: str

@@ -13,25 +13,38 @@ import fcntl
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 LOG_NAME = "pushes.jsonl"
 _KEEP_BYTES = 256 * 1024  # the log is trimmed to its newest half beyond this
 
 
-@dataclass
 class PushTotals:
-    files: int = 0  # uploaded by this push
-    file_bytes: int = 0
-    sent_bytes: int = 0  # xorb bytes that went to the store (after compression)
-    new_bytes: int = 0  # chunk bytes the store did not have
-    deduped_bytes: int = 0  # chunk bytes it already had
-    already_stored: int = 0  # files the store had whole: nothing sent
-    already_stored_bytes: int = 0
+    """One agent's counters, or a push's sum of them; `as_dict` is their log and JSON form."""
+
+    def __init__(
+        self,
+        files: int = 0,  # uploaded by this push
+        file_bytes: int = 0,
+        sent_bytes: int = 0,  # xorb bytes that went to the store (after compression)
+        new_bytes: int = 0,  # chunk bytes the store did not have
+        deduped_bytes: int = 0,  # chunk bytes it already had
+        already_stored: int = 0,  # files the store had whole: nothing sent
+        already_stored_bytes: int = 0,
+    ) -> None:
+        self.files = files
+        self.file_bytes = file_bytes
+        self.sent_bytes = sent_bytes
+        self.new_bytes = new_bytes
+        self.deduped_bytes = deduped_bytes
+        self.already_stored = already_stored
+        self.already_stored_bytes = already_stored_bytes
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
 
     def add(self, other: PushTotals) -> None:
-        for name, value in asdict(other).items():
+        for name, value in other.as_dict().items():
             setattr(self, name, getattr(self, name) + value)
 
 
@@ -116,14 +129,14 @@ class PushSummary:
         """Report this agent's totals; the summary line when this agent is the push's last."""
         if not self._registered:
             return None
-        mine = self._append({"push": self.push, "pid": os.getpid(), "event": "done", "time": time.time(), **asdict(self.totals)})
+        mine = self._append({"push": self.push, "pid": os.getpid(), "event": "done", "time": time.time(), **self.totals.as_dict()})
         started = {e["pid"] for e in mine if e.get("event") == "start"}
         done = [e for e in mine if e.get("event") == "done"]
         if started != {e["pid"] for e in done}:
             return None
         total = PushTotals()
         for entry in done:
-            total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in asdict(total)}))
+            total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in total.as_dict()}))
         return describe(total) if total.files or total.already_stored else None  # a failed push: its errors say enough
 
 
@@ -147,5 +160,5 @@ def last_push(state_dir: Path) -> PushTotals | None:
     total = PushTotals()
     for entry in entries:
         if entry["push"] == push:
-            total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in asdict(total)}))
+            total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in total.as_dict()}))
     return total

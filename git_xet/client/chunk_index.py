@@ -29,7 +29,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,14 +86,16 @@ def _prefix(digest: bytes) -> int:
     return int.from_bytes(digest[:8], "little", signed=True)
 
 
-@dataclass(frozen=True)
 class CachedXorb:
     """A cached xorb's chunk hashes (HMAC-keyed when `key` is set), to extend and verify matches."""
 
-    xorb_hash: XetHash
-    hashes: bytes  # 32 bytes per chunk
-    key: bytes | None
-    expiry: float | None
+    __slots__ = ("expiry", "hashes", "key", "xorb_hash")
+
+    def __init__(self, xorb_hash: XetHash, hashes: bytes, key: bytes | None, expiry: float | None) -> None:
+        self.xorb_hash = xorb_hash
+        self.hashes = hashes  # 32 bytes per chunk
+        self.key = key
+        self.expiry = expiry
 
     def __len__(self) -> int:
         return len(self.hashes) // 32

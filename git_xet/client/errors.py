@@ -20,8 +20,7 @@ to do.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import NamedTuple, TYPE_CHECKING
 
 from ..core.errors import XetError
 
@@ -147,8 +146,7 @@ def refuses_missing_xorbs(code: object, message: object) -> bool:
     return isinstance(message, str) and any(m in message for m in _MISSING_XORB_MESSAGES)
 
 
-@dataclass(frozen=True)
-class ErrorBody:
+class ErrorBody(NamedTuple):
     """What a server's error answer says: its explanation, and its stable reason code if any."""
 
     message: str

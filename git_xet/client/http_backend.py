@@ -9,7 +9,7 @@ import os
 import ssl
 import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import httpx
 
@@ -73,8 +73,7 @@ def _legacy_upload() -> bool:
     return any(os.environ.get(name) == "1" for name in ("GIT_XET_LEGACY_DIRECT_XORB_UPLOAD", "HF_XET_CLIENT_LEGACY_DIRECT_XORB_UPLOAD"))
 
 
-@dataclass(frozen=True)
-class _Grant:
+class _Grant(NamedTuple):
     """Where and how to PUT one xorb: the server's word, used verbatim."""
 
     id: str

@@ -8,8 +8,7 @@ busy server is waited for instead of failing the push.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -19,8 +18,7 @@ from .http_errors import status_error
 from .retry import RetryPolicy, with_retries
 
 
-@dataclass(frozen=True)
-class BatchObject:
+class BatchObject(NamedTuple):
     """One object's entry of a batch answer, and the transfer the server chose for the batch."""
 
     transfer: str | None

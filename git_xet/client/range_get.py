@@ -18,7 +18,7 @@ import ssl
 import threading
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import TransferError
 from .plain_transport import open_connection, peer_closed
@@ -26,8 +26,7 @@ from .plain_transport import open_connection, peer_closed
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
-@dataclass(frozen=True)
-class RangeAnswer:
+class RangeAnswer(NamedTuple):
     """What a range GET got: its status; for 200/206 how many bytes of the window were
     filled, for anything else the start of the body (for the error message) and Retry-After."""
 

@@ -7,8 +7,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import httpx
 
@@ -21,8 +20,7 @@ RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 30.0  # seconds; a server asking for longer gets retried sooner
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(NamedTuple):
     """hf-xet's shape: 5 retries, delays growing x3, each a uniform draw below a capped bound.
 
     The cap is 10 s, not hf-xet's 30 s: a user waiting on `git push` saw a 24 s draw against a

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .constants import MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
 from .errors import FormatError
@@ -23,8 +23,7 @@ from .hashes import is_hash_hex
 MAX_FETCH_RANGE_BYTES = MAX_XORB_BYTES + 8 * MAX_XORB_CHUNKS
 
 
-@dataclass(frozen=True, slots=True)
-class Term:
+class Term(NamedTuple):
     """Chunks [chunk_start, chunk_end) of a xorb, `length` bytes once decoded."""
 
     xorb: str
@@ -33,8 +32,7 @@ class Term:
     length: int
 
 
-@dataclass(frozen=True, slots=True)
-class FetchRange:
+class FetchRange(NamedTuple):
     """Chunks [chunk_start, chunk_end) of a xorb stored at bytes [byte_start, byte_end]."""
 
     xorb: str
@@ -48,11 +46,10 @@ class FetchRange:
         return self.xorb == term.xorb and self.chunk_start <= term.chunk_start and term.chunk_end <= self.chunk_end
 
 
-@dataclass(frozen=True)
-class Reconstruction:
+class Reconstruction(NamedTuple):
     offset_into_first_range: int
     terms: tuple[Term, ...]
-    fetches: tuple[FetchRange, ...] = field(default=())
+    fetches: tuple[FetchRange, ...] = ()
 
     def term_fetches(self) -> list[FetchRange]:
         """For each term, a fetch range that covers it.

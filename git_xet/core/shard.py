@@ -16,8 +16,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from .constants import HASH_SIZE, ZERO_HASH
 from .errors import FormatError, TruncatedError
@@ -50,8 +49,7 @@ _FOOTER = struct.Struct("<QQQQQQQQQ32sQQ48sQQQQ")
 assert _FOOTER.size == FOOTER_SIZE
 
 
-@dataclass(frozen=True, slots=True)
-class FileTerm:
+class FileTerm(NamedTuple):
     """One term of a file reconstruction: chunks [chunk_start, chunk_end) of a xorb."""
 
     xorb_hash: XetHash
@@ -61,8 +59,7 @@ class FileTerm:
     cas_flags: int = 0
 
 
-@dataclass(frozen=True)
-class FileInfo:
+class FileInfo(NamedTuple):
     """A file's reconstruction, with per-term verification hashes and its sha256 when known.
 
     `sha256` is the ordinary digest (hashlib byte order); on the wire it is stored lane-swapped
@@ -97,16 +94,14 @@ class FileInfo:
         return n
 
 
-@dataclass(frozen=True, slots=True)
-class CasChunk:
+class CasChunk(NamedTuple):
     chunk_hash: XetHash
     byte_start: int
     unpacked_bytes: int
     flags: int = 0
 
 
-@dataclass(frozen=True)
-class CasInfo:
+class CasInfo(NamedTuple):
     """A xorb's chunk list: what dedup matches against."""
 
     xorb_hash: XetHash
@@ -135,8 +130,7 @@ class CasInfo:
         return cls(xorb_hash, tuple(chunks), num_bytes_on_disk)
 
 
-@dataclass(frozen=True)
-class ShardFooter:
+class ShardFooter(NamedTuple):
     """Footer fields not derived from the content (offsets, tables and byte totals are)."""
 
     chunk_hash_key: bytes = ZERO_HASH
@@ -144,8 +138,7 @@ class ShardFooter:
     key_expiry: int = NO_EXPIRY
 
 
-@dataclass(frozen=True)
-class Shard:
+class Shard(NamedTuple):
     files: tuple[FileInfo, ...] = ()
     cas: tuple[CasInfo, ...] = ()
     footer: ShardFooter | None = None
@@ -165,11 +158,11 @@ class Shard:
     def with_keyed_chunk_hashes(self, key: bytes) -> Shard:
         """A copy whose CAS chunk hashes are HMAC-keyed, as a global dedup answer sends them."""
         cas = tuple(
-            replace(info, chunks=tuple(replace(c, chunk_hash=hmac_chunk_hash(c.chunk_hash, key)) for c in info.chunks))
+            info._replace(chunks=tuple(c._replace(chunk_hash=hmac_chunk_hash(c.chunk_hash, key)) for c in info.chunks))
             for info in self.cas
         )
-        footer = replace(self.footer or ShardFooter(), chunk_hash_key=key)
-        return replace(self, cas=cas, footer=footer)
+        footer = (self.footer or ShardFooter())._replace(chunk_hash_key=key)
+        return self._replace(cas=cas, footer=footer)
 
 
 def sha256_to_stored(digest: bytes) -> bytes:

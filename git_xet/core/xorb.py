@@ -10,7 +10,7 @@ from __future__ import annotations
 import mmap
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .compression import CompressionScheme, compress_chunk, decompress, predict_scheme
 from .constants import HASH_SIZE, MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
@@ -41,8 +41,7 @@ def pack_chunk_header(compressed_size: int, scheme: int, uncompressed_size: int)
     return _CHUNK_HEADER.pack(CHUNK_FORMAT_VERSION | compressed_size << 8, scheme | uncompressed_size << 8)
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkRecord:
+class ChunkRecord(NamedTuple):
     """Where one serialized chunk sits: its header at `offset`, payload right after."""
 
     offset: int
@@ -97,8 +96,7 @@ def decode_chunk(data: bytes | bytearray | memoryview, record: ChunkRecord) -> b
     return decompress(payload, record.scheme, record.uncompressed_size)
 
 
-@dataclass(frozen=True)
-class XorbFooter:
+class XorbFooter(NamedTuple):
     """CasObjectInfo v1: xorb hash, chunk hashes, serialized and unpacked chunk end offsets."""
 
     xorb_hash: XetHash
@@ -161,8 +159,7 @@ class XorbFooter:
         return cls(XetHash(digest), hashes, tuple(byte_ends), tuple(unpacked_ends))
 
 
-@dataclass(frozen=True)
-class ParsedXorb:
+class ParsedXorb(NamedTuple):
     """A parsed xorb: its chunk records, and its footer when it had one."""
 
     records: list[ChunkRecord]
@@ -219,8 +216,7 @@ def decode_all_chunks(data: bytes | memoryview, records: Sequence[ChunkRecord]) 
     return [decode_chunk(data, r) for r in records]
 
 
-@dataclass(frozen=True)
-class XorbLayout:
+class XorbLayout(NamedTuple):
     """A xorb's chunk list without its bytes: what the server's index keeps per stored xorb and
     reconstruction planning cuts fetch ranges from. (XorbFooter is the same list in its wire
     form; a shard's CasInfo in the shard's.)"""
@@ -240,11 +236,18 @@ class XorbLayout:
         return start, self.byte_ends[chunk_end - 1] - 1
 
 
-@dataclass(frozen=True)
-class VerifiedXorb(XorbLayout):
+class VerifiedXorb(NamedTuple):
     """A xorb body whose chunks were decoded and hashed: what a server stores."""
 
+    xorb_hash: XetHash
+    chunk_hashes: tuple[XetHash, ...]
+    byte_ends: tuple[int, ...]  # where each chunk's record ends in the footerless body
+    chunk_sizes: tuple[int, ...]  # uncompressed
     body: bytes | memoryview  # a view when the builder wrote into a caller's buffer
+
+    @property
+    def xorb_hex(self) -> str:
+        return hash_to_hex(self.xorb_hash)
 
     def layout(self) -> XorbLayout:
         """The chunk list alone, to keep without pinning the body."""

@@ -15,9 +15,8 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from ..client.backend import XetBackend
 from ..client.errors import TransferError, UrlExpiredError
@@ -41,8 +40,7 @@ class IntegrityError(TransferError):
     """Downloaded data does not match what the file's hashes promise."""
 
 
-@dataclass(frozen=True)
-class DownloadResult:
+class DownloadResult(NamedTuple):
     bytes_written: int
     bytes_fetched: int
     verified_file_hash: bool
@@ -51,13 +49,15 @@ class DownloadResult:
 Decoded = list[tuple[bytes | memoryview, bytes | None] | None]  # per chunk of a fetch range
 
 
-@dataclass
 class _Loaded:
     """A fetched range (maybe a pooled window) and its decoded chunks, which may be views
     into it: the window goes back to the pool once its last term is written."""
 
-    raw: bytes | bytearray | memoryview
-    chunks: Decoded
+    __slots__ = ("chunks", "raw")
+
+    def __init__(self, raw: bytes | bytearray | memoryview, chunks: Decoded) -> None:
+        self.raw = raw
+        self.chunks = chunks
 
     def give_back(self) -> None:
         raw, self.raw, self.chunks = self.raw, b"", []

@@ -16,20 +16,21 @@ writer reaches a load's first term, everything else still held spans that term t
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)  # what one fetch is keyed by (the download uses FetchRange)
 
 
-@dataclass
 class Load(Generic[K]):
     """One fetch of `key`, serving terms first_term..last_term (those that map to it)."""
 
-    key: K
-    cost: int
-    first_term: int
-    last_term: int
+    __slots__ = ("cost", "first_term", "key", "last_term")
+
+    def __init__(self, key: K, cost: int, first_term: int, last_term: int) -> None:
+        self.key = key
+        self.cost = cost
+        self.first_term = first_term
+        self.last_term = last_term  # grows while later terms join this fetch
 
 
 class _MaxTree:

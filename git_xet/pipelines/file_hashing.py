@@ -13,8 +13,8 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..core.chunking import Chunker
 from ..core.hashes import XetHash, chunk_hash, file_hash
@@ -23,8 +23,7 @@ SCAN_BLOCK = 4 * 1024 * 1024
 _QUEUE_DEPTH = 4  # blocks scanned ahead of the consumer: bounds the mapped pages resident
 
 
-@dataclass(frozen=True)
-class FileDigest:
+class FileDigest(NamedTuple):
     """What hashing a file yields: its XET hash, its chunks and, if asked, its sha256."""
 
     file_hash: XetHash

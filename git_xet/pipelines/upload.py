@@ -20,7 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..client.backend import XetBackend
 from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
@@ -49,10 +49,10 @@ PROBE_SPAN = 64
 FRAGMENTATION_WINDOW = 128
 FRAGMENTATION_ENTER = 4.0  # average chunks per term below which short matches are refused
 FRAGMENTATION_LEAVE = 8.0
+MAX_PARALLEL_XORBS = 2  # xorb uploads in flight at once, by default
 
 
-@dataclass(frozen=True)
-class UploadedFile:
+class UploadedFile(NamedTuple):
     """What an upload stored, in the text forms callers pass on (to downloads, URLs, JSON)."""
 
     file_hex: str  # the XET file hash (core.hashes.hash_to_hex)
@@ -62,13 +62,15 @@ class UploadedFile:
     deduped_bytes: int  # bytes found already stored (this session, cache or global dedup)
 
 
-@dataclass
 class UploadStats:
-    xorbs_uploaded: int = 0
-    xorb_bytes_sent: int = 0
-    shards_uploaded: int = 0
-    global_queries: int = 0
-    store_resets: int = 0  # shards refused for missing xorbs, then re-uploaded without the cache
+    """Counters of what an Uploader sent and asked."""
+
+    def __init__(self) -> None:
+        self.xorbs_uploaded = 0
+        self.xorb_bytes_sent = 0
+        self.shards_uploaded = 0
+        self.global_queries = 0
+        self.store_resets = 0  # shards refused for missing xorbs, then re-uploaded without the cache
 
 
 class _XorbBuffers:
@@ -117,14 +119,20 @@ class _XorbSlot:
         return self.closed_cas.xorb_hash
 
 
-@dataclass
 class _Term:
-    target: XetHash | _XorbSlot  # an existing xorb hash, or one of our slots
-    chunk_start: int
-    chunk_end: int
-    length: int
-    file_chunk_start: int  # span in the file's chunk list, for the verification hash
-    file_chunk_end: int
+    """Chunks [chunk_start, chunk_end) of a xorb, as file chunks [file_chunk_start,
+    file_chunk_end) (the span the verification hash covers); extended in place when the next
+    term continues it."""
+
+    __slots__ = ("chunk_end", "chunk_start", "file_chunk_end", "file_chunk_start", "length", "target")
+
+    def __init__(self, target: XetHash | _XorbSlot, chunk_start: int, chunk_end: int, length: int, file_chunk_start: int, file_chunk_end: int) -> None:
+        self.target = target  # an existing xorb hash, or one of our slots
+        self.chunk_start = chunk_start
+        self.chunk_end = chunk_end
+        self.length = length
+        self.file_chunk_start = file_chunk_start
+        self.file_chunk_end = file_chunk_end
 
 
 class _FragmentationGuard:
@@ -148,29 +156,28 @@ class _FragmentationGuard:
         self.recent.append(term_chunks)
 
 
-@dataclass
 class _FileState:
     """One file being streamed through add_bytes: chunks hashed so far, and how many placed."""
 
-    hashes: list[XetHash] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=lambda: [0])  # chunk i spans offsets[i]:offsets[i + 1]
-    placed: int = 0
-    terms: list[_Term] = field(default_factory=list)
-    guard: _FragmentationGuard = field(default_factory=_FragmentationGuard)
-    new_bytes: int = 0
-    deduped_bytes: int = 0
-    last_global_query: int = -GLOBAL_DEDUP_SPACING
-    unprobed: list[int] = field(default_factory=list)  # key chunks not looked up yet
-    # Cached xorbs found by probing key chunks ahead of placement: (file chunk j, xorb, index
-    # of chunk j in it). A run through chunk j may start before it.
-    anchors: deque[tuple[int, CachedXorb, int]] = field(default_factory=deque)
-    # The xorb of the last cached run, and how its chunk numbers relate to the file's (index
-    # in xorb = file chunk + offset): after a small edit the run usually resumes there.
-    hint: tuple[CachedXorb, int] | None = None
+    def __init__(self) -> None:
+        self.hashes: list[XetHash] = []
+        self.offsets: list[int] = [0]  # chunk i spans offsets[i]:offsets[i + 1]
+        self.placed = 0
+        self.terms: list[_Term] = []
+        self.guard = _FragmentationGuard()
+        self.new_bytes = 0
+        self.deduped_bytes = 0
+        self.last_global_query = -GLOBAL_DEDUP_SPACING
+        self.unprobed: list[int] = []  # key chunks not looked up yet
+        # Cached xorbs found by probing key chunks ahead of placement: (file chunk j, xorb,
+        # index of chunk j in it). A run through chunk j may start before it.
+        self.anchors: deque[tuple[int, CachedXorb, int]] = deque()
+        # The xorb of the last cached run, and how its chunk numbers relate to the file's
+        # (index in xorb = file chunk + offset): after a small edit the run usually resumes there.
+        self.hint: tuple[CachedXorb, int] | None = None
 
 
-@dataclass
-class _PendingFile:
+class _PendingFile(NamedTuple):
     digest: FileDigest
     terms: list[_Term]
     # Where the bytes can be read again until the shard lands: a path, or the caller's buffer.
@@ -178,20 +185,26 @@ class _PendingFile:
     result: UploadedFile
 
 
-@dataclass
 class Uploader:
-    backend: XetBackend
-    cache: ShardCache | None = None
-    global_dedup: bool = True
-    max_parallel_xorbs: int = 2
-    # Xorb bodies held at once, the one being filled included (64 MiB each at most). With two,
-    # one fills while one uploads, or both upload while packing waits: the server always has
-    # work, and a 4 GiB push stays under 300 MB resident.
-    xorb_buffers: int = 2
-    progress: Callable[[int], None] | None = None
-    stats: UploadStats = field(default_factory=UploadStats)
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        backend: XetBackend,
+        cache: ShardCache | None = None,
+        global_dedup: bool = True,
+        max_parallel_xorbs: int = MAX_PARALLEL_XORBS,
+        # Xorb bodies held at once, the one being filled included (64 MiB each at most). With
+        # two, one fills while one uploads, or both upload while packing waits: the server
+        # always has work, and a 4 GiB push stays under 300 MB resident.
+        xorb_buffers: int = 2,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.global_dedup = global_dedup
+        self.max_parallel_xorbs = max_parallel_xorbs
+        self.xorb_buffers = xorb_buffers
+        self.progress = progress
+        self.stats = UploadStats()
         # Opened, not loaded: constant cost whatever the history (a private one without cache).
         self._index = self.cache.open() if self.cache else ChunkIndex.temporary()
         self._session: dict[XetHash, tuple[_XorbSlot, int]] = {}

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -355,7 +355,7 @@ class CasApp:
         key = self.signer.derive_key(f"dedup:{epoch}")
         keyed = found.with_keyed_chunk_hashes(key)
         footer = ShardFooter(chunk_hash_key=key, creation_timestamp=now, key_expiry=now + DEDUP_SHARD_LIFETIME)
-        blob = serialize_shard(replace(keyed, footer=footer), with_footer=True)
+        blob = serialize_shard(keyed._replace(footer=footer), with_footer=True)
         return Response(blob, media_type="application/octet-stream", headers={"Cache-Control": "private, max-age=3600", "Vary": "Authorization"})
 
     async def telemetry(self, request: Request) -> Response:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from ..core.reconstruction import Reconstruction
 from .errors import RangeNotSatisfiable
@@ -37,4 +36,4 @@ def parse_range_header(value: str | None, size: int) -> tuple[int, int]:
 
 def with_signed_urls(plan: Reconstruction, make_url: Callable[[str, int, int], str]) -> Reconstruction:
     """The plan with each fetch range given its signed URL."""
-    return replace(plan, fetches=tuple(replace(f, url=make_url(f.xorb, f.byte_start, f.byte_end)) for f in plan.fetches))
+    return plan._replace(fetches=tuple(f._replace(url=make_url(f.xorb, f.byte_start, f.byte_end)) for f in plan.fetches))

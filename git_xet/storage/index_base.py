@@ -22,9 +22,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..core.hashes import XetHash, hash_to_hex, hex_to_hash
 from ..core.shard import FileTerm
@@ -50,8 +49,7 @@ COLUMNS = {
 _TERM = struct.Struct("<32sIIII")
 
 
-@dataclass(frozen=True)
-class StoredFile:
+class StoredFile(NamedTuple):
     """A file the index holds: its terms, and its sha256 once verified from the stored bytes."""
 
     file_hex: str
@@ -60,8 +58,7 @@ class StoredFile:
     terms: tuple[FileTerm, ...]
 
 
-@dataclass(frozen=True)
-class FileRegistration:
+class FileRegistration(NamedTuple):
     """One file of a shard, as CasStore verified it."""
 
     file_hex: str
@@ -71,15 +68,14 @@ class FileRegistration:
     oid: str | None  # the Git LFS oid to map in the repo (computed, known, or vouched for)
 
 
-@dataclass(frozen=True)
-class ShardRegistration:
+class ShardRegistration(NamedTuple):
     """Everything one accepted shard adds to the index, written in one transaction."""
 
     shard_id: str
     size: int
     repo: str
     files: tuple[FileRegistration, ...]
-    dedup: tuple[tuple[bytes, str], ...] = field(default=())  # (key chunk hash, xorb hex)
+    dedup: tuple[tuple[bytes, str], ...] = ()  # (key chunk hash, xorb hex)
     body: bytes | None = None  # the shard itself, kept in the index (small shards: see CasStore)
 
 
