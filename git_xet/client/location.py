@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from ..core.errors import XetError
@@ -36,8 +36,7 @@ class LocationError(XetError, ValueError):
     """The text is not a store location; the message says what to write instead."""
 
 
-@dataclass(frozen=True)
-class StoreLocation:
+class StoreLocation(NamedTuple):
     kind: str  # "local" (a directory), "http" (a `git xet serve` URL) or "s3" (a bucket store)
     location: str  # an absolute path, or the URL without a trailing slash
 

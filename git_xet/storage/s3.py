@@ -27,8 +27,7 @@ import io
 import time
 from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.checksums import crc64nvme, crc64nvme_header, crc64nvme_reference
 from .errors import Unavailable
@@ -50,8 +49,7 @@ class S3Error(Unavailable):
         self.code = code
 
 
-@dataclass(frozen=True)
-class S3Location:
+class S3Location(NamedTuple):
     """`s3://BUCKET[/PREFIX]`: a bucket and a key prefix (no leading/trailing slash)."""
 
     bucket: str
@@ -79,8 +77,7 @@ def parse_s3_url(text: str) -> S3Location:
     return S3Location(bucket, prefix)
 
 
-@dataclass(frozen=True)
-class S3Config:
+class S3Config(NamedTuple):
     """Explicit client settings; a None field is resolved by botocore's usual chain (env, profile, config file)."""
 
     endpoint_url: str | None = None
@@ -89,6 +86,10 @@ class S3Config:
     region: str | None = None
     profile: str | None = None
     session_token: str | None = None  # temporary credentials (AWS_SESSION_TOKEN)
+
+    def __repr__(self) -> str:  # the secrets never reach a log or a traceback
+        shown = {name: "***" if name in ("secret_key", "session_token") and value else value for name, value in self._asdict().items()}
+        return f"S3Config({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> S3Config:
@@ -114,8 +115,7 @@ def _import_botocore() -> Any:
     return botocore
 
 
-@dataclass(frozen=True)
-class S3Connection:
+class S3Connection(NamedTuple):
     """A botocore client and the credentials it signs with (presigned PUTs are signed by us)."""
 
     client: Any
