@@ -11,6 +11,14 @@ than in the wall time of a push. The agent's figure includes its start-up once (
 the objects). CPU comes from wait4 for the agent and /proc for the server, user and sys apart:
 the kernel's share moves with the file system's state (creating files gets dearer after many
 were deleted) more than with our code.
+
+    python bench/per_object.py --instructions [--objects 125]
+
+counts instructions instead (valgrind's callgrind; valgrind must be installed): one agent
+storing one object into a fresh local store (its start-up, as each of git-lfs's eight agents
+pays it), then one storing `--objects` (125: a 1000-file push's share per agent), and
+`python -c pass` for scale. Unlike seconds, the counts repeat from run to run whatever else
+the machine is doing, so two versions compare on one noisy machine.
 """
 
 from __future__ import annotations
@@ -55,22 +63,61 @@ def lfs_objects(repo: Path, count: int, seed: int = 0) -> list[dict]:
     return requests
 
 
+def _agent_stdin(requests: list[dict]) -> str:
+    init = {"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8}
+    return "".join(json.dumps(m) + "\n" for m in (init, *requests, {"event": "terminate"}))
+
+
+def _check_completed(answers: list[dict], requests: list[dict], returncode: int) -> None:
+    completes = [m for m in answers if m.get("event") == "complete"]
+    if returncode != 0 or len(completes) != len(requests) or any("error" in m for m in completes):
+        raise RuntimeError(f"the agent failed (exit {returncode}): {[m for m in completes if 'error' in m][:3]}")
+
+
 def agent_cpu(repo: Path, requests: list[dict], env: dict[str, str]) -> tuple[float, float]:
     """User and sys CPU seconds of one agent serving `requests`; raises unless every upload
     completed."""
-    init = {"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8}
     with tempfile.TemporaryFile("w+") as stdin, tempfile.TemporaryFile("w+") as stdout:
-        stdin.write("".join(json.dumps(m) + "\n" for m in (init, *requests, {"event": "terminate"})))
+        stdin.write(_agent_stdin(requests))
         stdin.seek(0)
         agent = subprocess.Popen([sys.executable, "-m", "git_xet", "transfer"], stdin=stdin, stdout=stdout, stderr=subprocess.DEVNULL, cwd=repo, env=env)
         _, status, usage = os.wait4(agent.pid, 0)
         agent.returncode = os.waitstatus_to_exitcode(status)
         stdout.seek(0)
         answers = [json.loads(line) for line in stdout if line.strip()]
-    completes = [m for m in answers if m.get("event") == "complete"]
-    if agent.returncode != 0 or len(completes) != len(requests) or any("error" in m for m in completes):
-        raise RuntimeError(f"the agent failed (exit {agent.returncode}): {[m for m in completes if 'error' in m][:3]}")
+    _check_completed(answers, requests, agent.returncode)
     return usage.ru_utime, usage.ru_stime
+
+
+def instructions(cmd: list[str], *, stdin: str = "", cwd: Path | None = None, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Instructions `cmd` executed (callgrind's count, every thread) and its stdout."""
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd], input=stdin, capture_output=True, text=True, cwd=cwd, env=env, timeout=1800, check=False
+    )
+    counted = [line.rsplit(":", 1)[1].strip() for line in proc.stderr.splitlines() if "Collected :" in line]
+    if proc.returncode != 0 or len(counted) != 1:
+        raise RuntimeError(f"{cmd[0]} under callgrind failed (exit {proc.returncode}): {proc.stderr[-1000:]}")
+    return int(counted[0]), proc.stdout
+
+
+def agent_instructions(objects: int) -> dict:
+    """Instructions of python -c pass, of an agent storing one object into a fresh local
+    store, and of one storing `objects`; per extra object from the difference."""
+    compile_bytecode()
+    counts: dict[str, int] = {"python -c pass": instructions([sys.executable, "-c", "pass"])[0]}
+    with tempfile.TemporaryDirectory(prefix="git-xet-bench-instructions-") as tmp:
+        base = Path(tmp)
+        requests = lfs_objects(base / "repo", objects)
+        for count in (1, objects):
+            root = base / f"store-{count}"
+            root.mkdir()
+            create_local_store(root / "store")
+            env = dict(os.environ, GIT_XET_CACHE=str(root / "cache"), GIT_XET_ENDPOINT=str(root / "store"))
+            n, out = instructions([sys.executable, "-m", "git_xet", "transfer"], stdin=_agent_stdin(requests[:count]), cwd=base / "repo", env=env)
+            _check_completed([json.loads(line) for line in out.splitlines() if line.strip()], requests[:count], 0)
+            counts[f"agent, {count} object{'s' if count > 1 else ''}"] = n
+    per_object = (counts[f"agent, {objects} objects"] - counts["agent, 1 object"]) / (objects - 1)
+    return {"objects": objects, "machine": machine(), "instructions": counts, "per_extra_object": per_object}
 
 
 @contextmanager
@@ -125,7 +172,17 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind instead of timing")
     args = parser.parse_args()
+    if args.instructions:
+        objects = args.objects if args.objects != parser.get_default("objects") else 125
+        counted = agent_instructions(max(objects, 2))
+        print(f"instructions (callgrind), into a fresh local store; {counted['machine']}")
+        for what, n in counted["instructions"].items():
+            print(f"{what:<28}{n / 1e6:>10.1f} M")
+        print(f"{'per extra object':<28}{counted['per_extra_object'] / 1e6:>10.2f} M")
+        write_json(args.json, counted)
+        return
     summary = run(args.objects, args.repeats)
     print(f"{args.objects} LFS objects of 4-64 KiB through one agent, median of {args.repeats}; {summary['machine']}")
     print(f"{'store':<8}{'agent CPU ms/object, user + sys':>34}{'server CPU ms/object, user + sys':>36}")
