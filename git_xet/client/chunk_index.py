@@ -217,6 +217,7 @@ class ChunkIndex:
         key = shard.chunk_hash_key
         expiry = None if shard.footer is None or shard.footer.key_expiry >= NO_EXPIRY else min(shard.footer.key_expiry, 2**62)
         added = 0
+        new_xorbs: dict[bytes, tuple[int, list[XetHash]]] = {}  # plain xorbs inserted here: id, chunk hashes
         with self._write() as db:
             for info in shard.cas:
                 if db.execute("SELECT 1 FROM xorbs WHERE hash = ? AND key = ?", (info.xorb_hash, key or _PLAIN)).fetchone():
@@ -234,8 +235,10 @@ class ChunkIndex:
                 # Newest wins: the oldest xorbs are evicted first, so this entry lives longest.
                 db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)", ((_prefix(hashes[i]), xid << _INDEX_BITS | i) for i in indexed))
                 added += size
+                if key is None:
+                    new_xorbs[info.xorb_hash] = (xid, hashes)
             if key is None:
-                self._add_file_entry_points(db, shard)
+                self._add_file_entry_points(db, shard, new_xorbs)
             else:
                 db.execute("INSERT INTO keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET expiry = max(expiry, excluded.expiry)", (key, expiry or 2**62))
                 self._keys_read = float("-inf")
@@ -245,17 +248,25 @@ class ChunkIndex:
             self.evict(self.max_bytes * 9 // 10)
 
     @staticmethod
-    def _add_file_entry_points(db: sqlite3.Connection, shard: Shard) -> None:
-        """The first chunk of every file is an entry point (a small edited file may have no key chunk)."""
+    def _add_file_entry_points(db: sqlite3.Connection, shard: Shard, new_xorbs: dict[bytes, tuple[int, list[XetHash]]]) -> None:
+        """The first chunk of every file is an entry point (a small edited file may have no key
+        chunk). `new_xorbs`: those this transaction inserted, whose first chunk has its entry
+        already (most small files: one new xorb, starting at its first chunk)."""
         for info in shard.files:
             if not info.terms:
                 continue
             first = info.terms[0]
-            row = db.execute("SELECT id, chunks FROM xorbs WHERE hash = ? AND key = ?", (first.xorb_hash, _PLAIN)).fetchone()
-            if row is None or 32 * first.chunk_start >= len(row[1]):
-                continue
-            digest = row[1][32 * first.chunk_start : 32 * first.chunk_start + 32]
-            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?)", (_prefix(digest), row[0] << _INDEX_BITS | first.chunk_start))
+            if first.xorb_hash in new_xorbs:
+                xid, hashes = new_xorbs[first.xorb_hash]
+                if first.chunk_start == 0 or first.chunk_start >= len(hashes):
+                    continue
+                digest: bytes = hashes[first.chunk_start]
+            else:
+                row = db.execute("SELECT id, chunks FROM xorbs WHERE hash = ? AND key = ?", (first.xorb_hash, _PLAIN)).fetchone()
+                if row is None or 32 * first.chunk_start >= len(row[1]):
+                    continue
+                xid, digest = row[0], row[1][32 * first.chunk_start : 32 * first.chunk_start + 32]
+            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?)", (_prefix(digest), xid << _INDEX_BITS | first.chunk_start))
 
     def _drop_xorbs(self, db: sqlite3.Connection, rows: list[tuple[int, bytes, int]]) -> int:
         """Delete xorbs (id, chunks, bytes) and every entry pointing into them; bytes freed."""

@@ -98,6 +98,11 @@ def test_file_first_chunks_are_entry_points(tmp_path: Path) -> None:
     term = FileTerm(info.xorb_hash, 65536 * 3, plain, plain + 3)
     index.add(Shard(files=(FileInfo(b"f" * 32, (term,)),), cas=(info,)))
     assert index.probe(info.chunks[plain].chunk_hash)[1] == plain
+    # The file and its xorb new in one shard (the xorb's row written by the same transaction).
+    fresh = ChunkIndex(tmp_path / "fresh" / INDEX_FILE, max_bytes=BIG)
+    fresh.add(Shard(files=(FileInfo(b"f" * 32, (term,)),), cas=(info,)))
+    found = fresh.probe(info.chunks[plain].chunk_hash)
+    assert found is not None and (found[0].xorb_hash, found[1]) == (info.xorb_hash, plain)
 
 
 def test_keyed_answers_match_every_chunk_and_expire(tmp_path: Path) -> None:
