@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 
 from git_xet.agent import protocol
 from git_xet.client.location import create_local_store
+from tests.support.agent_runs import put_lfs_object
 from tests.support.datagen import random_bytes
 
 
@@ -40,20 +40,11 @@ def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = 
 INIT = json.dumps({"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8})
 
 
-def _lfs_object(repo: Path, data: bytes) -> tuple[str, Path]:
-    """Put `data` where git-lfs keeps objects (.git/lfs/objects/ab/cd/<oid>)."""
-    oid = hashlib.sha256(data).hexdigest()
-    path = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return oid, path
-
-
 def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     data = random_bytes(300_000, 1)
-    oid, obj = _lfs_object(tmp_path, data)
-    other_oid, other = _lfs_object(tmp_path, random_bytes(1000, 2))
+    oid, obj = put_lfs_object(tmp_path, data)
+    other_oid, other = put_lfs_object(tmp_path, random_bytes(1000, 2))
     outside = tmp_path.parent / f"{tmp_path.name}-outside.bin"
     outside.write_bytes(data)
     # Beside git-lfs's storage, its name starting with the storage directory's: still outside.
@@ -119,7 +110,7 @@ def test_lfs_storage_that_is_a_symlink_elsewhere_is_still_its_storage(tmp_path: 
     elsewhere.mkdir(parents=True)
     (repo / ".git" / "lfs").symlink_to(elsewhere)
     data = random_bytes(50_000, 3)
-    oid, obj = _lfs_object(repo, data)
+    oid, obj = put_lfs_object(repo, data)
     beside = elsewhere.parent / "beside.bin"
     beside.write_bytes(data)
     store = tmp_path / "store"
@@ -244,8 +235,8 @@ def test_to_a_server_the_oid_is_checked_by_the_server_not_hashed_twice(tmp_path:
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     data = random_bytes(300_000, 3)
-    oid, obj = _lfs_object(tmp_path, data)
-    _, other = _lfs_object(tmp_path, random_bytes(300_000, 4))
+    oid, obj = put_lfs_object(tmp_path, data)
+    _, other = put_lfs_object(tmp_path, random_bytes(300_000, 4))
     with running_server(tmp_path / "server" / "data") as server:
         lines = [
             INIT,

@@ -4,15 +4,13 @@ succeeded or failed (an agent whose uploads all fail must not pile up garbage cy
 
 from __future__ import annotations
 
-import hashlib
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from git_xet.client.location import create_local_store
+from tests.support.agent_runs import local_store_env, put_lfs_object, run_agent_script
 
 _RUN_AGENT = """
 import gc, io, json, sys
@@ -27,23 +25,12 @@ sys.stderr.write(json.dumps({"enabled": gc.isenabled(), "frozen": gc.get_freeze_
 def test_collection_resumes_after_the_first_object_with_start_up_frozen(tmp_path: Path, first_object: str) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     data = b"collector" * 1000
-    oid = hashlib.sha256(data).hexdigest()
-    path = tmp_path / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
-    path.parent.mkdir(parents=True)
-    if first_object == "stored":
-        path.write_bytes(data)
+    oid, path = put_lfs_object(tmp_path, data)
+    if first_object == "missing":
+        path.unlink()
     create_local_store(tmp_path / "store")
-    requests = [
-        {"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8},
-        {"event": "upload", "oid": oid, "size": len(data), "path": str(path)},
-        {"event": "terminate"},
-    ]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_XET_CACHE": str(tmp_path / "cache"), "GIT_XET_ENDPOINT": str(tmp_path / "store")}
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUN_AGENT], input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=True
-    )
-    answer = json.loads(proc.stdout.splitlines()[-1])
-    assert answer["event"] == "complete" and ("error" in answer) == (first_object == "missing"), answer
-    state = json.loads(proc.stderr.splitlines()[-1])
-    assert state["enabled"] is True
+    request = {"event": "upload", "oid": oid, "size": len(data), "path": str(path)}
+    answers, state = run_agent_script(_RUN_AGENT, "upload", [request], env=local_store_env(tmp_path, tmp_path / "store"), cwd=tmp_path)
+    assert answers[-1]["event"] == "complete" and ("error" in answers[-1]) == (first_object == "missing"), answers
+    assert isinstance(state, dict) and state["enabled"] is True
     assert state["frozen"] > 10_000  # the modules' objects, frozen when collection resumed

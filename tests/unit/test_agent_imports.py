@@ -5,13 +5,13 @@ unless glibc's soname fails to load."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 from git_xet.client.location import create_local_store
+from tests.support.agent_runs import local_store_env, put_lfs_object, run_agent_script
 
 
 def _loaded_after(setup: str, candidates: tuple[str, ...]) -> list[str]:
@@ -52,23 +52,14 @@ def test_agents_that_upload_and_download_through_a_local_store_define_no_datacla
     """The whole of what an agent runs for an object, not a list of modules to import."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     data = b"no dataclasses" * 1000
-    oid = hashlib.sha256(data).hexdigest()
-    stored = tmp_path / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
-    stored.parent.mkdir(parents=True)
-    stored.write_bytes(data)
+    oid, stored = put_lfs_object(tmp_path, data)
     create_local_store(tmp_path / "store")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_XET_CACHE": str(tmp_path / "cache"), "GIT_XET_ENDPOINT": str(tmp_path / "store")}
-
-    def agent(operation: str, request: dict) -> tuple[dict, list[str]]:
-        init = {"event": "init", "operation": operation, "remote": "origin", "concurrent": True, "concurrenttransfers": 8}
-        lines = "".join(json.dumps(m) + "\n" for m in (init, request, {"event": "terminate"}))
-        proc = subprocess.run([sys.executable, "-c", _RUN_AGENT], input=lines, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=True)
-        complete = json.loads(proc.stdout.splitlines()[-1])
-        assert complete["event"] == "complete" and "error" not in complete, complete
-        return complete, json.loads(proc.stderr.splitlines()[-1])
-
-    _, loaded = agent("upload", {"event": "upload", "oid": oid, "size": len(data), "path": str(stored)})
+    env = local_store_env(tmp_path, tmp_path / "store")
+    upload = {"event": "upload", "oid": oid, "size": len(data), "path": str(stored)}
+    answers, loaded = run_agent_script(_RUN_AGENT, "upload", [upload], env=env, cwd=tmp_path)
+    assert answers[-1]["event"] == "complete" and "error" not in answers[-1], answers
     assert loaded == []
-    complete, loaded = agent("download", {"event": "download", "oid": oid, "size": len(data)})
-    assert Path(complete["path"]).read_bytes() == data
+    download = {"event": "download", "oid": oid, "size": len(data)}
+    answers, loaded = run_agent_script(_RUN_AGENT, "download", [download], env=env, cwd=tmp_path)
+    assert answers[-1]["event"] == "complete" and Path(answers[-1]["path"]).read_bytes() == data, answers
     assert loaded == []
