@@ -245,10 +245,6 @@ class VerifiedXorb(NamedTuple):
     chunk_sizes: tuple[int, ...]  # uncompressed
     body: bytes | memoryview  # a view when the builder wrote into a caller's buffer
 
-    @property
-    def xorb_hex(self) -> str:
-        return hash_to_hex(self.xorb_hash)
-
     def layout(self) -> XorbLayout:
         """The chunk list alone, to keep without pinning the body."""
         return XorbLayout(self.xorb_hash, self.chunk_hashes, self.byte_ends, self.chunk_sizes)
