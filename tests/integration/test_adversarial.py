@@ -445,11 +445,8 @@ def test_stalled_uploads_and_non_reading_downloads_are_dropped(server: RunningSe
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect((parts.hostname, parts.port))
         sock.sendall(f"GET {target.path}?{target.query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        deadline = time.monotonic() + IDLE_TIMEOUT + 60  # the server gives up: its access log says so
-        while '"path": "/xet-bridge-us/' not in server.log():
-            assert time.monotonic() < deadline, "the server still serves a client that reads nothing"
-            time.sleep(0.2)
-    (line,) = [json.loads(x.split(" ", 3)[-1]) for x in server.log().splitlines() if '"path": "/xet-bridge-us/' in x]
+        log = server.log_once_it_has('"path": "/xet-bridge-us/', timeout=IDLE_TIMEOUT + 60)  # the server gives up: its access log says so
+    (line,) = [json.loads(x.split(" ", 3)[-1]) for x in log.splitlines() if '"path": "/xet-bridge-us/' in x]
     assert line["bytes_out"] < len(data)
 
 

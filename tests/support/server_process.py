@@ -38,6 +38,16 @@ class RunningServer:
     def log(self) -> str:
         return (self.data_dir.parent / self.log_name).read_text(errors="replace")
 
+    def log_once_it_has(self, fragment: str, count: int = 1, timeout: float = 10.0) -> str:
+        """The log, once it holds `count` lines with `fragment` (AssertionError after `timeout`
+        seconds). A request's access-log line is written after its answer was sent, so a
+        client can finish reading before the line is there."""
+        deadline = time.monotonic() + timeout
+        while (log := self.log()).count(fragment) < count:
+            assert time.monotonic() < deadline, f"the server log still has fewer than {count} lines with {fragment!r} after {timeout} s"
+            time.sleep(0.05)
+        return log
+
 
 @contextmanager
 def running_server(
