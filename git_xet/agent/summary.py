@@ -43,6 +43,11 @@ class PushTotals:
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
 
+    @classmethod
+    def from_entry(cls, entry: dict) -> PushTotals:
+        """The counters of one `done` entry of the push log (a missing one counts 0)."""
+        return cls(**{name: int(entry.get(name, 0)) for name in cls().as_dict()})
+
     def add(self, other: PushTotals) -> None:
         for name, value in other.as_dict().items():
             setattr(self, name, getattr(self, name) + value)
@@ -136,7 +141,7 @@ class PushSummary:
             return None
         total = PushTotals()
         for entry in done:
-            total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in total.as_dict()}))
+            total.add(PushTotals.from_entry(entry))
         return describe(total) if total.files or total.already_stored else None  # a failed push: its errors say enough
 
 
@@ -160,5 +165,5 @@ def last_push(state_dir: Path) -> PushTotals | None:
     total = PushTotals()
     for entry in entries:
         if entry["push"] == push:
-            total.add(PushTotals(**{k: int(entry.get(k, 0)) for k in total.as_dict()}))
+            total.add(PushTotals.from_entry(entry))
     return total
