@@ -24,7 +24,6 @@ the machine is doing, so two versions compare on one noisy machine.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -41,6 +40,7 @@ from common import machine, median, process_times, write_json
 from many_files import compile_bytecode
 
 from git_xet.client.location import create_local_store
+from tests.support.agent_runs import put_lfs_object
 from tests.support.server_process import running_server
 
 KIB = 1024
@@ -55,10 +55,7 @@ def lfs_objects(repo: Path, count: int, seed: int = 0) -> list[dict]:
     requests = []
     for _ in range(count):
         data = rng.randbytes(rng.randint(4 * KIB, 64 * KIB))
-        oid = hashlib.sha256(data).hexdigest()
-        path = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        oid, path = put_lfs_object(repo, data)
         requests.append({"event": "upload", "oid": oid, "size": len(data), "path": str(path)})
     return requests
 
