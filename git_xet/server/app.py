@@ -47,8 +47,8 @@ from ..storage.s3 import S3ObjectStore, open_s3_objects
 from .auth import KINDS, Claims, Signer, load_secret, presented_token
 from .errors import RangeNotSatisfiable, RequestRefused, error_frame, exception_handlers, refusal
 from .grants import Grants
-from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
-from .http_guard import BODY_INTO, BodySink
+from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResponse, read_body
+from .http_guard import BODY_INTO, SEND_FILE, BodySink
 from .hub import HubEmulation, hub_routes
 from .reconstruction import parse_range_header, with_signed_urls
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
@@ -243,7 +243,7 @@ class CasApp:
         if end >= layout.byte_ends[-1]:
             raise RequestRefused(416, "range beyond the end of the xorb")
         ttl = max(0, exp - int(time.time()))
-        return PacedStreamingResponse(
+        streamed = PacedStreamingResponse(
             self.iter_range(xorb, start, end),
             self.config.idle_timeout,
             status_code=206,
@@ -255,6 +255,12 @@ class CasApp:
                 "ETag": f'"{xorb}"',
             },
         )
+        if SEND_FILE not in request.scope.get("extensions", {}):
+            return streamed
+        file = await in_worker(self.store.open_xorb_file, xorb)
+        if file is None:
+            return streamed
+        return FileRangeResponse(file, start, end - start + 1, self.config.idle_timeout, streamed)
 
     async def upload_xorb(self, request: Request) -> Response:
         await self.authorize(request, "write")
@@ -431,13 +437,26 @@ class _AccessLog:
         sinks: list[BodySink] = []
         extensions = scope.get("extensions") or {}
         into = extensions.get(BODY_INTO)
+        send_file = extensions.get(SEND_FILE)
+        counted: dict[str, object] = {}  # the extensions we wrap, to count the bytes they carry
         if into is not None:
 
             def counted_into(buffer, limit: int) -> BodySink:
                 sinks.append(into(buffer, limit))
                 return sinks[-1]
 
-            scope = {**scope, "extensions": {**extensions, BODY_INTO: counted_into}}
+            counted[BODY_INTO] = counted_into
+        if send_file is not None:
+            # Likewise a body sent from a file (http_guard.SEND_FILE).
+
+            async def counted_send_file(*args) -> int:
+                sent = await send_file(*args)
+                seen["bytes_out"] += sent
+                return sent
+
+            counted[SEND_FILE] = counted_send_file
+        if counted:
+            scope = {**scope, "extensions": {**extensions, **counted}}
 
         async def receive_wrapper():
             message = await receive()

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from ..core import hashes
 from ..core.errors import FormatError
@@ -205,6 +206,16 @@ class CasStore:
 
     def read_xorb_range(self, xorb_hex: str, start: int, end_inclusive: int) -> bytes:
         return self.objects.read_range(self.xorb_key(xorb_hex), start, end_inclusive)
+
+    def open_xorb_file(self, xorb_hex: str) -> BinaryIO | None:
+        """The stored xorb's file, open for reading, where objects are files; None where they
+        are not (a bucket) or it is missing."""
+        if not isinstance(self.objects, DirectoryObjectStore):
+            return None
+        try:
+            return self.objects.open_file(self.xorb_key(xorb_hex))
+        except FileNotFoundError:
+            return None
 
     # ------------------------------------------------------------------ shards
 

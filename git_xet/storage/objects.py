@@ -12,7 +12,7 @@ import fcntl
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from ..fsutil import TEMP_SUFFIX, atomic_write, held_flock
 
@@ -101,6 +101,10 @@ class DirectoryObjectStore:
         with open(self._path(key), "rb") as handle:
             handle.seek(start)
             return handle.read(end_inclusive - start + 1)
+
+    def open_file(self, key: str) -> BinaryIO:
+        """The object's file, open for reading (a server sends ranges of it with sendfile)."""
+        return open(self._path(key), "rb")
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
