@@ -36,7 +36,7 @@ from tests.support import hf_xet_oracle  # noqa: E402
 from tests.support.server_process import running_server  # noqa: E402
 
 _OURS = r"""
-import sys, time, json, os
+import sys, json, os
 from pathlib import Path
 from git_xet.memory import tune_allocator
 from git_xet.client.http_backend import HttpCasBackend
@@ -45,7 +45,6 @@ from git_xet.client.shard_cache import ShardCache
 tune_allocator()
 phase, url, src, out, cache = sys.argv[1:6]
 backend = HttpCasBackend(url, StaticToken(os.environ["GIT_XET_BENCH_TOKEN"]))
-t = time.perf_counter()
 if phase == "up":
     from git_xet.pipelines.upload import Uploader
     with Uploader(backend, ShardCache(Path(cache), backend.cache_key)) as up:
@@ -55,8 +54,10 @@ if phase == "up":
 else:
     from git_xet.pipelines.download import download_to_path
     info = json.loads(src)
-    download_to_path(backend, info["hash"], Path(out), size=info["size"], sha256_hex=info["sha256"])
-print(json.dumps({"seconds": time.perf_counter() - t, "info": info}))
+    # As the agent downloads inside `git clone`: every chunk's BLAKE3 and the file hash checked,
+    # the sha256 left to git-lfs, no fsync (git-lfs moves the file; hf-xet syncs nothing either).
+    download_to_path(backend, info["hash"], Path(out), size=info["size"], durable=False)
+print(json.dumps(info))
 """
 
 
@@ -68,6 +69,9 @@ def measured(server_pid: int, fn: Callable[[], tuple[float, Any]]) -> tuple[dict
 
 
 def _ours(phase: str, url: str, token: str, arg: str, out: Path, cache: Path) -> tuple[float, dict]:
+    """Our client's phase in a process of its own, timed as hf-xet's is: the whole process,
+    interpreter start-up and imports included."""
+    t = time.perf_counter()
     # The token travels in the environment: a failed command line must not print it.
     proc = subprocess.run(
         [sys.executable, "-c", _OURS, phase, url, arg, str(out), str(cache)],
@@ -75,8 +79,8 @@ def _ours(phase: str, url: str, token: str, arg: str, out: Path, cache: Path) ->
     )  # fmt: skip
     if proc.returncode:
         raise RuntimeError(f"git-xet {phase} failed:\n{proc.stderr[-3000:]}")
-    answer = json.loads(proc.stdout)
-    return answer["seconds"], answer["info"]
+    seconds = time.perf_counter() - t
+    return seconds, json.loads(proc.stdout)
 
 
 def _theirs_up(url: str, token: str, src: Path, work: Path) -> tuple[float, dict]:
