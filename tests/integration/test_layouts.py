@@ -221,7 +221,7 @@ class _FirstFetchWaitsForTheSecond(LocalStoreBackend):
 
 def test_default_budget_fetches_the_next_range_during_the_current_one(tmp_path: Path) -> None:
     """With the default budget the range after the one being written is already being fetched
-    (the server cuts ranges at 16 MiB, so two fit), so fetching overlaps decoding and writing;
+    (the server cuts ranges at 16 MiB, so several fit), so fetching overlaps decoding and writing;
     the data comes back whole and Python allocations stay within the default bound."""
     data = random_bytes(2 * 64 * MIB + 3 * MIB, 11)
     sha256 = hashlib.sha256(data).hexdigest()
