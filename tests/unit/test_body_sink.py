@@ -13,20 +13,19 @@ import asyncio
 import hashlib
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import aclosing
 
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.requests import Request
 
 from git_xet.server.errors import RequestRefused
-from git_xet.server.http_guard import BODY_INTO, BodySink, guarded_protocol
+from git_xet.server.http_guard import BODY_INTO, BodySink
 from git_xet.server.http_io import body_into
+from tests.support.guarded_uvicorn import guarded_uvicorn
 
 KIB = 1024
 LIMIT = 512 * KIB
@@ -76,21 +75,8 @@ async def _answer(send, status: int, body: dict) -> None:
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[int, Handlers]]:
     handlers = Handlers()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(handlers, log_level="warning", http=guarded_protocol(10.0, 64 * KIB), timeout_keep_alive=5)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield sock.getsockname()[1], handlers
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+    with guarded_uvicorn(handlers) as port:
+        yield port, handlers
 
 
 def _head(path: str, length: int | None) -> bytes:

@@ -12,19 +12,18 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.responses import Response
 
-from git_xet.server.http_guard import SEND_FILE, SEND_FILE_PIECE, guarded_protocol
+from git_xet.server.http_guard import SEND_FILE, SEND_FILE_PIECE
 from git_xet.server.http_io import FileRangeResponse
+from tests.support.guarded_uvicorn import guarded_uvicorn
 
 IDLE_TIMEOUT = 1.0
 FILE_BYTES = 3 * SEND_FILE_PIECE + 12345  # several pieces, and a partial one
@@ -61,21 +60,8 @@ class Files:
 def served() -> Iterator[tuple[int, Files]]:
     with tempfile.TemporaryDirectory() as tmp:
         files = Files(Path(tmp))
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(files, log_level="critical", http=guarded_protocol(10.0, 64 * 1024), timeout_keep_alive=5)
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        try:
-            yield sock.getsockname()[1], files
-        finally:
-            server.should_exit = True
-            thread.join(timeout=15)
+        with guarded_uvicorn(files) as port:
+            yield port, files
 
 
 def _read_answer(sock: socket.socket, pending: bytearray, head_only: bool = False) -> tuple[int, dict[str, str], bytes]:
