@@ -98,7 +98,7 @@ class DirectoryObjectStore:
         return self._path(key).read_bytes()
 
     def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
-        with open(self._path(key), "rb") as handle:
+        with self.open_file(key) as handle:
             handle.seek(start)
             return handle.read(end_inclusive - start + 1)
 
