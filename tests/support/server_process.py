@@ -40,8 +40,9 @@ class RunningServer:
 
     def log_once_it_has(self, fragment: str, count: int = 1, timeout: float = 10.0) -> str:
         """The log, once it holds `count` lines with `fragment` (AssertionError after `timeout`
-        seconds). A request's access-log line is written after its answer was sent, so a
-        client can finish reading before the line is there."""
+        seconds). A request's access-log line is written as its last bytes leave, and a line
+        with no answer to wait for (an answer cut short, an idle timeout) comes when the
+        server gives up: either may follow what the caller just saw."""
         deadline = time.monotonic() + timeout
         while (log := self.log()).count(fragment) < count:
             assert time.monotonic() < deadline, f"the server log still has fewer than {count} lines with {fragment!r} after {timeout} s"
