@@ -19,8 +19,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import XetError
+
+if TYPE_CHECKING:
+    from ..storage.objects import DirectoryObjectStore
 
 PARALLEL = 8
 
@@ -54,33 +58,31 @@ def _shards_in_index(source: Path) -> Iterator[bytes]:
         index.close()
 
 
-def _objects_under(root: Path, prefix: str) -> Iterator[tuple[str, Path]]:
-    """(key, path) of every stored object under root/prefix; temp files of writers are skipped."""
-    base = root / prefix
-    if not base.is_dir():
-        return
-    for path in sorted(base.rglob("*")):
-        if path.is_file() and not path.name.startswith("."):
-            yield path.relative_to(root).as_posix(), path
+def _objects_under(source: DirectoryObjectStore, prefix: str) -> Iterator[str]:
+    """The key of every stored object under `prefix` (files and packed rows; never a writer's
+    temp file)."""
+    for key, _mtime in source.list(f"{prefix}/"):
+        yield key
 
 
 def migrate(source: Path, target: str, *, standalone: bool = False, progress: Callable[[str], None] = lambda _line: None) -> MigrationResult:
     from ..client.bucket_backend import BucketBackend, create_bucket_store, open_bucket_objects
     from ..client.errors import TransferError
+    from ..storage.objects import DirectoryObjectStore
     from ..storage.s3 import S3Error
 
     if not (source / "index.sqlite").is_file() and not (source / "xorbs").is_dir():
         raise MigrationError(f"{source} is not a git-xet data directory or directory store (no index.sqlite, no xorbs/)")
     result = MigrationResult()
+    objects = DirectoryObjectStore(source)
     try:
         bucket = open_bucket_objects(target)
         bucket.check()
         if standalone:
             create_bucket_store(bucket)
 
-        def copy(item: tuple[str, Path]) -> None:
-            key, path = item
-            body = path.read_bytes()
+        def copy(key: str) -> None:
+            body = objects.read(key)
             created = bucket.put_new(key, body)
             with result.lock:
                 if created:
@@ -92,12 +94,12 @@ def migrate(source: Path, target: str, *, standalone: bool = False, progress: Ca
         prefixes = ("xorbs",) if standalone else ("xorbs", "shards")
         with ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="git-xet-migrate") as pool:
             for prefix in prefixes:
-                list(pool.map(copy, _objects_under(source, prefix)))
+                list(pool.map(copy, _objects_under(objects, prefix)))
                 progress(f"{prefix}: {result.copied} copied, {result.already_there} already in {target}")
         if standalone:
             backend = BucketBackend(bucket)
-            for _key, path in _objects_under(source, "shards"):
-                backend.upload_shard(path.read_bytes())
+            for key in _objects_under(objects, "shards"):
+                backend.upload_shard(objects.read(key))
                 result.shards_registered += 1
             for body in _shards_in_index(source):
                 backend.upload_shard(body)
@@ -105,4 +107,6 @@ def migrate(source: Path, target: str, *, standalone: bool = False, progress: Ca
             progress(f"shards: {result.shards_registered} registered")
     except (S3Error, TransferError) as exc:
         raise MigrationError(f"{getattr(exc, 'message', None) or exc}; run the migration again once fixed (it resumes)") from None
+    finally:
+        objects.close()
     return result

@@ -1,6 +1,7 @@
 """Server-side storage: verified objects in an ObjectStore, what exists in a MetadataIndex.
 
-Object keys (in an ObjectStore; by default files under the data directory)::
+Object keys (in an ObjectStore; by default files under the data directory, those below
+objects.PACKED_BELOW bytes rows of its objects.sqlite instead)::
 
     xorbs/<2 hex>/<xorb hash>   stored xorbs, with their CasObjectInfo footer
     shards/<shard id>.mdb       every accepted shard (upload form) of SHARD_IN_INDEX_BELOW bytes
@@ -85,6 +86,8 @@ class CasStore:
 
     def close(self) -> None:
         self.index.close()
+        if isinstance(self.objects, DirectoryObjectStore):
+            self.objects.close()
 
     @staticmethod
     def xorb_key(xorb_hex: str) -> str:

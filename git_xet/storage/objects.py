@@ -1,8 +1,8 @@
 """Where the server keeps object bytes (xorbs, shards), behind a small interface.
 
 The SQLite index decides what exists; an ObjectStore only holds bytes under keys. A directory
-is the embedded default; an object-storage backend maps `put_new` to a conditional write
-(`If-None-Match: *`).
+is the embedded default (small objects packed in one SQLite file in it: packed_objects); an
+object-storage backend maps `put_new` to a conditional write (`If-None-Match: *`).
 """
 
 from __future__ import annotations
@@ -10,15 +10,25 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, TypeVar
 
 from ..fsutil import TEMP_SUFFIX, atomic_write, held_flock
+from .packed_objects import PackedObjects
 
 log = logging.getLogger("git_xet.storage")
+T = TypeVar("T")
 
 WRITERS_LOCK = ".writers.lock"
+# Objects smaller than this are rows of packed_objects, larger ones files: a small file's xorb
+# (most of a push of many small files) is one row, a large file's 64 MiB xorbs stay files that
+# a server sends with sendfile(2).
+PACKED_BELOW = 128 * 1024
+
+
+def _size(parts: tuple[bytes | memoryview, ...]) -> int:
+    return sum(memoryview(part).nbytes for part in parts)
 
 
 class ObjectStore(Protocol):
@@ -51,7 +61,9 @@ class ObjectStore(Protocol):
 
 
 class DirectoryObjectStore:
-    """Objects as files under a root directory; keys are relative paths of safe characters.
+    """Objects as files under a root directory, keys being relative paths of safe characters;
+    objects below PACKED_BELOW bytes as rows of `<root>/objects.sqlite` instead. A key is looked
+    up there first (a write of either kind removes the other copy once it is durable).
 
     Every write holds a shared lock on `<root>/.writers.lock`, so that a cleaner holding it
     exclusively knows no write is under way (see remove_abandoned_temp_files). Several
@@ -69,6 +81,7 @@ class DirectoryObjectStore:
         self.root = Path(root)
         self.file_mode = file_mode  # 0600 for a server's private data directory
         self._root_made = False
+        self.packed = PackedObjects(self.root)
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -83,48 +96,80 @@ class DirectoryObjectStore:
         return held_flock(self.root / WRITERS_LOCK, operation, mode=0o644)
 
     def put(self, key: str, *parts: bytes | memoryview) -> None:
+        path = self._path(key)
+        if _size(parts) < PACKED_BELOW:
+            self.packed.put(key, b"".join(parts), replace=True)
+            path.unlink(missing_ok=True)
+            return
         with self._writing(fcntl.LOCK_SH):
-            atomic_write(self._path(key), *parts, mode=self.file_mode)
+            atomic_write(path, *parts, mode=self.file_mode)
+        self.packed.delete(key)
 
     def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
+        """(Of racing writers of one key, one wins when both are small or both large; CasStore
+        holds its lock on a xorb while creating it, whatever the sizes.)"""
+        path = self._path(key)
+        if _size(parts) < PACKED_BELOW:
+            return not path.is_file() and self.packed.put(key, b"".join(parts), replace=False)
+        if self.packed.exists(key):
+            return False
         with self._writing(fcntl.LOCK_SH):
             try:
-                atomic_write(self._path(key), *parts, mode=self.file_mode, replace=False)
+                atomic_write(path, *parts, mode=self.file_mode, replace=False)
             except FileExistsError:
                 return False
         return True
 
     def read(self, key: str) -> bytes:
-        return self._path(key).read_bytes()
+        path = self._path(key)
+        data = self.packed.get(key)
+        return path.read_bytes() if data is None else data
 
     def read_range(self, key: str, start: int, end_inclusive: int) -> bytes:
-        with self.open_file(key) as handle:
+        path = self._path(key)
+        data = self.packed.get_range(key, start, end_inclusive - start + 1)
+        if data is not None:
+            return data
+        with open(path, "rb") as handle:
             handle.seek(start)
             return handle.read(end_inclusive - start + 1)
 
     def open_file(self, key: str) -> BinaryIO:
-        """The object's file, open for reading (a server sends ranges of it with sendfile)."""
+        """The object's file, open for reading (a server sends ranges of it with sendfile);
+        FileNotFoundError for a packed object, which has none."""
         return open(self._path(key), "rb")
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        return self._path(key).is_file() or self.packed.exists(key)
 
     def list(self, prefix: str) -> Iterator[tuple[str, float]]:
+        yield from sorted([*self._files(prefix, lambda path: path.stat().st_mtime), *self.packed.list(prefix)])
+
+    def sizes(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """(key, size) of every object whose key starts with `prefix`, by key (as S3ObjectStore's)."""
+        yield from sorted([*self._files(prefix, lambda path: path.stat().st_size), *self.packed.sizes(prefix)])
+
+    def _files(self, prefix: str, measure: Callable[[Path], T]) -> Iterator[tuple[str, T]]:
+        """(key, measure(path)) of every complete object file under `prefix`."""
         top = self._path(prefix.rstrip("/"))
         if not top.is_dir():
             return
-        for path in sorted(top.rglob("*")):
+        for path in top.rglob("*"):
             if path.name.startswith("."):
                 continue
             try:
-                mtime = path.stat().st_mtime
+                value = measure(path)
             except FileNotFoundError:  # deleted since the directory was read
                 continue
             if path.is_file():
-                yield path.relative_to(self.root).as_posix(), mtime
+                yield path.relative_to(self.root).as_posix(), value
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+        self.packed.delete(key)
+
+    def close(self) -> None:
+        self.packed.close()
 
     def remove_abandoned_temp_files(self) -> int:
         """Delete the temp files of writers that died mid-write; returns how many.

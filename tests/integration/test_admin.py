@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import sqlite3
 import time
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from git_xet.core import hashes, shard
 from git_xet.storage import cas_store
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.index_postgres import PostgresIndex
+from git_xet.storage.objects import DirectoryObjectStore
+from git_xet.storage.packed_objects import FILE_NAME as PACKED_FILE
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import run_git_xet
 from tests.support.objects import single_xorb
@@ -47,9 +50,18 @@ def _register(store: CasStore, data: bytes) -> str:
 
 
 def _age(store: CasStore, key: str, seconds: float) -> None:
+    """Make the object look `seconds` old to gc: its file's mtime, or a packed row's stored_at."""
     path = store.root / key
     past = time.time() - seconds
-    os.utime(path, (past, past))
+    if path.is_file():
+        os.utime(path, (past, past))
+        return
+    db = sqlite3.connect(store.root / PACKED_FILE)
+    try:
+        with db:
+            assert db.execute("UPDATE objects SET stored_at = ? WHERE key = ?", (past, key)).rowcount == 1
+    finally:
+        db.close()
 
 
 def test_fsck_and_gc(store_args: tuple[CasStore, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,6 +99,10 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]], monkeypatch: pytest
         assert store.put_xorb(xorb_hex, built.body)
         _age(store, store.xorb_key(xorb_hex), age)
         unused[xorb_hex] = age
+    # Both kinds of directory object are among them: files, and rows of the packed objects.
+    assert isinstance(store.objects, DirectoryObjectStore)
+    packed = {key for key, _ in store.objects.packed.list("")}
+    assert packed and set(orphans) - packed and {store.xorb_key(x) for x in unused} <= packed
     listed = run_git_xet("fsck", *flags)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert sorted(line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("orphan: ")) == sorted(orphans)

@@ -14,13 +14,16 @@ from git_xet.client.local_backend import LocalStoreBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
+from git_xet.storage.objects import DirectoryObjectStore
+from git_xet.storage.packed_objects import FILE_NAME as PACKED_FILE
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import run_git_xet
 from tests.support.seaweed import RunningS3
 from tests.support.server_process import running_server
 
-FILES = [random_bytes(5_000_000, 61), random_bytes(2_000_000, 62)]
+# Each its own xorb: two stored as files, the small one packed (objects.PACKED_BELOW).
+FILES = [random_bytes(5_000_000, 61), random_bytes(2_000_000, 62), random_bytes(20_000, 63)]
 
 
 def _migrate(s3: RunningS3, *args: str) -> subprocess.CompletedProcess[str]:
@@ -34,14 +37,21 @@ def _env(s3: RunningS3) -> dict[str, str]:
 
 
 def _fill(store_dir: Path) -> list[str]:
+    hashes = []
     with Uploader(LocalStoreBackend(store_dir)) as up:
-        hashes = [up.add_bytes(data).file_hex for data in FILES]
-        up.finalize()
+        for data in FILES:
+            hashes.append(up.add_bytes(data).file_hex)
+            up.finalize()
     return hashes
 
 
-def _files_on_disk(root: Path, prefix: str) -> dict[str, int]:
-    return {p.relative_to(root).as_posix(): p.stat().st_size for p in (root / prefix).rglob("*") if p.is_file() and not p.name.startswith(".")}
+def _stored(root: Path, prefix: str) -> dict[str, int]:
+    """Key -> size of the directory store's objects under `prefix`, files and packed rows."""
+    objects = DirectoryObjectStore(root)
+    try:
+        return dict(objects.sizes(prefix))
+    finally:
+        objects.close()
 
 
 def test_a_server_moves_its_objects_to_a_bucket(tmp_path: Path, seaweed: RunningS3) -> None:
@@ -52,11 +62,13 @@ def test_a_server_moves_its_objects_to_a_bucket(tmp_path: Path, seaweed: Running
     first = _migrate(seaweed, str(data), target)
     assert first.returncode == 0, first.stderr
     objects = S3ObjectStore(S3Location(bucket, "cas"), S3Config.from_env(seaweed.env()))
-    expected = {**_files_on_disk(data, "xorbs"), **_files_on_disk(data, "shards")}
+    expected = {**_stored(data, "xorbs/"), **_stored(data, "shards/")}
+    assert len([key for key in expected if key.startswith("xorbs/")]) == len(FILES)
+    assert (data / PACKED_FILE).is_file() and (data / "xorbs").is_dir()  # both kinds were copied
     assert dict(objects.sizes()) == expected
     again = _migrate(seaweed, str(data), target)  # resumable: nothing copied twice
     assert again.returncode == 0 and f"copied 0 objects (0 bytes); {len(expected)} were in" in again.stdout
-    for path in (data / "xorbs").rglob("*"):  # the server must now read the bucket, not the directory
+    for path in [*(data / "xorbs").rglob("*"), data / PACKED_FILE]:  # the server must now read the bucket, not the directory
         if path.is_file():
             path.unlink()
     with running_server(data, "--objects", target, env=seaweed.env()) as server:
