@@ -45,11 +45,10 @@ def test_damage_is_told_from_a_wrong_claim(tmp_path_factory: pytest.TempPathFact
         with pytest.raises(Rejected, match="does not match its content"):
             store.register_shard(wrong, verify_sha256=True)
         # A byte of the stored object's data flipped after the xorb was verified: the store is blamed.
-        path = Path(store.root) / key
-        stored = bytearray(path.read_bytes())
+        stored = bytearray(store.objects.read(key))
         payload_start = 8  # the first chunk's header; a random chunk is stored raw after it
         stored[payload_start + int(where * min(size, len(stored) - payload_start - 1))] ^= 0x40
-        path.write_bytes(bytes(stored))
+        store.objects.put(key, bytes(stored))  # in place of the object, wherever the store keeps it
         with pytest.raises(Damaged, match="damaged"):
             store.register_shard(body, verify_sha256=True)
         assert store.stats()["files"] == 0 and store.stats()["repo_oids"] == 0
@@ -77,15 +76,14 @@ def test_stored_bytes_that_do_not_parse_as_the_index_says_are_damage(tmp_path: P
     try:
         data = random_bytes(150_000, 3) + b"0123456789abcdef" * 20_000  # LZ4 shrinks only the second part
         body, key = _stored(store, data)
-        path = Path(store.root) / key
         if damage == "another encoding":
             digest = hash_bytes(data)
             other = encoded_xorb(data, digest, CompressionScheme.LZ4)
-            path.write_bytes(other + verify_xorb(other).footer().serialize())
+            store.objects.put(key, other + verify_xorb(other).footer().serialize())
         else:
-            stored = bytearray(path.read_bytes())
+            stored = bytearray(store.objects.read(key))
             stored[0] ^= 0xFF  # the first chunk's format version
-            path.write_bytes(bytes(stored))
+            store.objects.put(key, bytes(stored))
         with pytest.raises(Damaged, match=f"xorb {key.rsplit('/', 1)[1]} is damaged"):
             store.register_shard(body, verify_sha256=True)
         assert store.stats()["files"] == 0
