@@ -136,8 +136,12 @@ class DirectoryObjectStore:
 
     def open_file(self, key: str) -> BinaryIO:
         """The object's file, open for reading (a server sends ranges of it with sendfile);
-        FileNotFoundError for a packed object, which has none."""
-        return open(self._path(key), "rb")
+        FileNotFoundError for a packed object, which has none (and whose row wins over a file
+        left beside it by a crash between a write and its removal of the other copy)."""
+        path = self._path(key)
+        if self.packed.exists(key):
+            raise FileNotFoundError(f"{key} is packed: it has no file")
+        return open(path, "rb")
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file() or self.packed.exists(key)

@@ -80,6 +80,20 @@ def test_a_packed_object_has_no_file_to_send_and_a_large_one_has(tmp_path: Path)
     store.close()
 
 
+def test_a_row_wins_over_a_file_a_crash_left_beside_it(tmp_path: Path) -> None:
+    """put() of a small object commits its row, then removes the file: a crash between the two
+    leaves both, and every reader must take the row (the index describes the newer write)."""
+    store = DirectoryObjectStore(tmp_path)
+    store.put("xorbs/aa/k", b"old, large" * PACKED_BELOW)
+    store.packed.put("xorbs/aa/k", b"new, small", replace=True)  # the crash: the file stays
+    assert (tmp_path / "xorbs/aa/k").is_file()
+    assert store.read("xorbs/aa/k") == b"new, small"
+    assert store.read_range("xorbs/aa/k", 5, 9) == b"small"
+    with pytest.raises(FileNotFoundError):
+        store.open_file("xorbs/aa/k")
+    store.close()
+
+
 def test_list_gives_a_packed_object_the_time_it_was_stored(tmp_path: Path) -> None:
     store = DirectoryObjectStore(tmp_path)
     before = time.time()
