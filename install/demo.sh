@@ -14,7 +14,8 @@ git config --global init.defaultBranch main
 store="$work/xet-store"
 git-xet install --standalone "$store" >/dev/null
 
-stored() { du -sb "$store/xorbs" 2>/dev/null | cut -f1; }
+# Bytes of every stored xorb: files, and the small ones packed as rows of objects.sqlite.
+stored() { "$VENV/bin/python" -c 'import sys; from git_xet.storage.objects import DirectoryObjectStore as S; print(sum(n for _, n in S(sys.argv[1]).sizes("xorbs/")))' "$store"; }
 seconds() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
 elapsed() { python3 -c "print(f'{$2 - $1:.1f}')"; }
 # git-lfs draws its progress meter even for `git push -q`; keep it (and git's chatter) in a log
