@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 
 from git_xet.storage.cas_store import CasStore
-from git_xet.storage.objects import DirectoryObjectStore
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import GitEnv, make_git_env
+from tests.support.objects import stored_objects
 from tests.support.server_process import RunningServer, running_server
 
 
 def _stored_bytes(store: Path) -> int:
-    """Bytes of every stored xorb, files and packed rows (a v2's few new chunks are packed)."""
-    return sum(size for _key, size in DirectoryObjectStore(store).sizes("xorbs/"))
+    return sum(stored_objects(store).values())
 
 
 def _push_first_commit(g: GitEnv, files: dict[str, bytes]) -> Path:

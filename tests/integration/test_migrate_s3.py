@@ -14,11 +14,11 @@ from git_xet.client.local_backend import LocalStoreBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
-from git_xet.storage.objects import DirectoryObjectStore
 from git_xet.storage.packed_objects import FILE_NAME as PACKED_FILE
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import run_git_xet
+from tests.support.objects import stored_objects
 from tests.support.seaweed import RunningS3
 from tests.support.server_process import running_server
 
@@ -45,15 +45,6 @@ def _fill(store_dir: Path) -> list[str]:
     return hashes
 
 
-def _stored(root: Path, prefix: str) -> dict[str, int]:
-    """Key -> size of the directory store's objects under `prefix`, files and packed rows."""
-    objects = DirectoryObjectStore(root)
-    try:
-        return dict(objects.sizes(prefix))
-    finally:
-        objects.close()
-
-
 def test_a_server_moves_its_objects_to_a_bucket(tmp_path: Path, seaweed: RunningS3) -> None:
     data = tmp_path / "data"
     file_hashes = _fill(data)  # the same format as `git xet serve --data`
@@ -62,7 +53,7 @@ def test_a_server_moves_its_objects_to_a_bucket(tmp_path: Path, seaweed: Running
     first = _migrate(seaweed, str(data), target)
     assert first.returncode == 0, first.stderr
     objects = S3ObjectStore(S3Location(bucket, "cas"), S3Config.from_env(seaweed.env()))
-    expected = {**_stored(data, "xorbs/"), **_stored(data, "shards/")}
+    expected = {**stored_objects(data, "xorbs/"), **stored_objects(data, "shards/")}
     assert len([key for key in expected if key.startswith("xorbs/")]) == len(FILES)
     assert (data / PACKED_FILE).is_file() and (data / "xorbs").is_dir()  # both kinds were copied
     assert dict(objects.sizes()) == expected

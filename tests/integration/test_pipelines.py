@@ -21,10 +21,10 @@ from git_xet.core.constants import MAX_XORB_BYTES
 from git_xet.core.http_headers import bearer
 from git_xet.pipelines.download import IntegrityError, download, download_to_path
 from git_xet.pipelines.upload import Uploader
-from git_xet.storage.objects import DirectoryObjectStore
 from tests.support import hf_xet_oracle
 from tests.support.datagen import float32_like, random_bytes
 from tests.support.fault_proxy import FaultPlan, fault_proxy
+from tests.support.objects import stored_objects
 from tests.support.server_process import RunningServer, running_server
 
 FAST_RETRY = RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)
@@ -41,8 +41,7 @@ def _http(server: RunningServer, url: str | None = None) -> HttpCasBackend:
 
 
 def _stored_xorb_bytes(data_dir: Path) -> int:
-    """Bytes of every stored xorb, files and packed rows (a v2's few new chunks are packed)."""
-    return sum(size for _key, size in DirectoryObjectStore(data_dir).sizes("xorbs/"))
+    return sum(stored_objects(data_dir).values())
 
 
 CONTENTS = {

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from git_xet.core import hashes, xorb
 from git_xet.core.compression import CompressionScheme, compress
 from git_xet.core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from git_xet.pipelines.file_hashing import FileDigest, hash_bytes
+from git_xet.storage.objects import DirectoryObjectStore
+
+
+def stored_objects(root: Path, prefix: str = "xorbs/") -> dict[str, int]:
+    """Key -> size of every object under `prefix` in the directory store at `root`: files and
+    the small objects packed as rows of its objects.sqlite alike."""
+    objects = DirectoryObjectStore(root)
+    try:
+        return dict(objects.sizes(prefix))
+    finally:
+        objects.close()
 
 
 def single_xorb(data: bytes) -> tuple[xorb.VerifiedXorb, FileDigest]:
