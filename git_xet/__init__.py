@@ -12,7 +12,7 @@ Every error raised is a `git_xet.XetError`; a store that refuses or fails an ope
 `git_xet.TransferError` subclass (NotFoundError, RejectedError, ...), whichever kind of store.
 
 Importing this package is cheap: the names below are imported on first use (module
-`__getattr__`), so `import git_xet` loads neither httpx, the hashing code nor the server, and
+`__getattr__`), so `import git_xet` loads neither the HTTP client, the hashing code nor the server, and
 the transfer agent that git-lfs starts eight times per command pays nothing for this API.
 """
 

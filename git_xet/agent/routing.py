@@ -28,7 +28,7 @@ from .endpoints import ConfigError, StandaloneTarget, configured_endpoint, crede
 from .protocol import Transfer
 
 if TYPE_CHECKING:
-    import httpx
+    from ..client.http_types import HttpClient
 
     from ..client.tokens import TokenSource
 
@@ -83,7 +83,7 @@ class StoreRouter:
 
     def __init__(self, remote: str | None) -> None:
         self.remote = remote
-        self._http: httpx.Client | None = None
+        self._http: HttpClient | None = None
         self._backends: dict[str, XetBackend] = {}
         self._target: StandaloneTarget | None = None
 
@@ -94,7 +94,7 @@ class StoreRouter:
             self._target = standalone_target()
         return self._target
 
-    def http(self) -> httpx.Client:
+    def http(self) -> HttpClient:
         if self._http is None:
             from ..client.http_backend import make_http_client
 
@@ -147,7 +147,7 @@ class StoreRouter:
                 from ..client.http_backend import HttpCasBackend
                 from ..client.tokens import StaticToken
 
-                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), bundles=True, checks_sha256_claims=True, direct_ranges=True)  # a git xet serve
+                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), bundles=True, checks_sha256_claims=True)  # a git xet serve
             self._backends[key] = backend
         return backend
 
@@ -170,7 +170,7 @@ class StoreRouter:
                 tokens = RefreshingToken(href, credential_headers(href), self.http(), initial)
             else:
                 tokens = StaticToken(initial[0] if initial else None)
-            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID), http=self.http(), direct_ranges=True)
+            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID), http=self.http())
             self._backends[key] = backend
         return backend
 
@@ -227,6 +227,6 @@ class StoreRouter:
         tokens = RefreshingToken(hub.token_route("read"), creds, self.http())
         tokens.token()  # learn the CAS URL
         cas = tokens.cas_url or hub.base
-        backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http(), direct_ranges=True)
+        backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
         self._backends[f"cas:{cas}"] = backend
         return backend, lambda oid: file_hex

@@ -2,7 +2,7 @@
 
 import sys
 
-# httpx imports its command-line interface (click and pygments, ~10 ms) whenever click is
-# installed; nothing here uses it, and git-lfs starts eight agents per command. A None entry
+# httpx (carrying requests through a proxy, and doctor's) imports its command-line interface
+# (click and pygments, ~10 ms) whenever click is installed; nothing here uses it. A None entry
 # makes that one import fail, which httpx expects (it then defines a stub `main`).
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
-import ssl
-import urllib.request
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
-
-import httpx
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from .. import __version__
 from ..core.checksums import crc64nvme
@@ -24,22 +19,18 @@ from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from ..memory import xorb_range_windows
 from .backend import upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
-from .http_errors import refusal_error, status_error
+from .http_errors import status_error
 from .lfs_batch import batch_one
-from .plain_transport import PlainTransport
-from .range_get import DirectRangeReader
 from .retry import RetryPolicy, with_retries
 from .tokens import StaticToken, TokenSource
+from .http_types import HttpClient, Response, Timeouts
+from .wire import Client
 
 log = logging.getLogger("git_xet.client")
 
 USER_AGENT = f"git-xet/{__version__}"
 # Connect fast-ish, but let a busy server take its time on big bodies.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=60.0, read=300.0, write=300.0, pool=60.0)
-# Below glibc's mmap threshold (pinned at 1 MiB by memory.tune_allocator): h11 joins each piece
-# into a new bytes object, and a piece that size would be a fresh mmap, page-faulted and unmapped
-# every time (a quarter of the client's CPU per uploaded GiB went there).
-BODY_SLICE = 256 << 10
+DEFAULT_TIMEOUT = Timeouts(connect=60.0, read=300.0, write=300.0)
 _POOLED_WINDOW_MIN = 1 << 20
 # Bounds on what a server can make us read: the largest answer we parse (JSON, shard frames, a
 # dedup shard; a reconstruction of a heavily fragmented multi-GB file stays far below), and how
@@ -47,18 +38,7 @@ _POOLED_WINDOW_MIN = 1 << 20
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 MAX_ERROR_BYTES = 64 * 1024
 MAX_KEPT_ALIVE = 16  # idle connections a client keeps
-
-
-def _body_slices(body: bytes | memoryview) -> Iterator[memoryview]:
-    """A request body as zero-copy BODY_SLICE views.
-
-    httpcore writes a bytes body with `buffer = buffer[n:]` after each partial send, which
-    copies the rest of a 64 MiB xorb dozens of times (seconds of CPU per GiB); slices keep
-    each of those copies small.
-    """
-    view = memoryview(body)
-    for start in range(0, len(view), BODY_SLICE):
-        yield view[start : start + BODY_SLICE]
+_SKIP_PIECE = 64 << 10
 
 
 MAX_GRANTS = 3  # per xorb, as hf-xet (HF_XET_CLIENT_MAX_XORB_GRANT_ATTEMPTS)
@@ -85,7 +65,7 @@ class _Grant(NamedTuple):
         return f"_Grant({self.id!r}, {self.method}, <url hidden>)"  # presigned URLs are credentials
 
     @classmethod
-    def parse(cls, resp: httpx.Response) -> _Grant:
+    def parse(cls, resp: Response) -> _Grant:
         try:
             body = resp.json()
             grant = cls(str(body["id"]), str(body["method"]).upper(), str(body["url"]), {str(k): str(v) for k, v in body["headers"].items()})
@@ -96,7 +76,7 @@ class _Grant(NamedTuple):
         return grant
 
 
-def timeout_from_env() -> httpx.Timeout:
+def timeout_from_env() -> Timeouts:
     """DEFAULT_TIMEOUT, or $GIT_XET_HTTP_TIMEOUT seconds for reads and writes (a stalled
     connection is abandoned and retried after that long)."""
     value = os.environ.get("GIT_XET_HTTP_TIMEOUT", "")
@@ -104,63 +84,29 @@ def timeout_from_env() -> httpx.Timeout:
         seconds = float(value)
     except ValueError:
         return DEFAULT_TIMEOUT
-    return httpx.Timeout(connect=min(60.0, seconds), read=seconds, write=seconds, pool=60.0) if seconds > 0 else DEFAULT_TIMEOUT
+    return Timeouts(connect=min(60.0, seconds), read=seconds, write=seconds) if seconds > 0 else DEFAULT_TIMEOUT
 
 
-@functools.cache
-def default_tls_context() -> ssl.SSLContext:
-    """The verifying TLS context of this process's direct connections (httpx's and the xorb
-    range reader's), made once, on first use."""
-    return ssl.create_default_context()
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 
 def proxies_in_environment() -> bool:
-    """Whether HTTP(S)_PROXY / ALL_PROXY (any case) name a proxy."""
-    return any(key in ("http", "https", "all") for key in urllib.request.getproxies())
+    """Whether HTTP(S)_PROXY or ALL_PROXY (any case) names a proxy, as urllib and httpx read
+    them (then every request goes through it)."""
+    return any(value and name.lower() in _PROXY_VARIABLES for name, value in os.environ.items())
 
 
-class _NoCookies(httpx.Cookies):
-    """A cookie store that keeps none: XET and LFS servers authenticate by token, and the
-    official client (reqwest without its cookie store) sends no cookies either."""
+def make_http_client(timeouts: Timeouts | None = None) -> HttpClient:
+    """One pooled client: direct connections (client/wire.py), or httpx through the proxy the
+    environment names (client/proxied_http.py, imported only then). Both verify TLS against
+    the OS certificate store plus SSL_CERT_FILE/SSL_CERT_DIR, so corporate CAs installed on the
+    machine work without extra configuration."""
+    headers = {"User-Agent": USER_AGENT}
+    if proxies_in_environment():
+        from .proxied_http import ProxiedClient
 
-    def extract_cookies(self, response: httpx.Response) -> None:
-        pass  # httpx's own wraps each answer in urllib objects first: ~0.1 ms per request
-
-
-class _CookielessClient(httpx.Client):
-    """httpx.Client with _NoCookies (httpx copies whatever store it is given into its own)."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._none_kept = _NoCookies()
-
-    @property
-    def cookies(self) -> httpx.Cookies:
-        return self._none_kept
-
-    @cookies.setter
-    def cookies(self, cookies: object) -> None:
-        raise TypeError("this client keeps no cookies")
-
-
-def make_http_client(timeout: httpx.Timeout | None = None) -> httpx.Client:
-    """One pooled client that honours HTTP(S)_PROXY/NO_PROXY and trusts the OS certificate
-    store plus SSL_CERT_FILE/SSL_CERT_DIR (OpenSSL's default verify paths), so corporate
-    CAs installed on the machine work without extra configuration."""
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=MAX_KEPT_ALIVE)
-    # With proxies in the environment httpx makes their transports (it reads the environment
-    # only when given no transport of ours), all verifying with this context, made now.
-    # Otherwise requests go straight out over http.client (client/plain_transport.py).
-    proxied = proxies_in_environment()
-    return _CookielessClient(
-        timeout=timeout or timeout_from_env(),
-        trust_env=True,
-        verify=ssl.create_default_context() if proxied else True,
-        transport=None if proxied else PlainTransport(default_tls_context, max_idle=MAX_KEPT_ALIVE),
-        follow_redirects=True,
-        headers={"User-Agent": USER_AGENT},
-        limits=limits,
-    )
+        return ProxiedClient(timeouts or timeout_from_env(), headers=headers, max_idle=MAX_KEPT_ALIVE)
+    return Client(timeouts or timeout_from_env(), headers=headers, max_idle=MAX_KEPT_ALIVE)
 
 
 def _new_window(size: int) -> bytearray | memoryview:
@@ -175,47 +121,26 @@ def _give_back_window(window: bytearray | memoryview) -> None:
         xorb_range_windows().give_back(window)
 
 
-def _read_window(resp: httpx.Response, skip: int, size: int, *, exact: bool) -> tuple[bytearray | memoryview, int]:
-    """Stream bytes [skip, skip + size) of a body into one buffer of `size` bytes: no list of
-    pieces joined at the end (which briefly doubles a 16 MiB range in memory), and nothing
-    outside the window is kept. With `exact`, a body longer than the window is an error;
-    otherwise (a server that ignored Range) reading stops at the window's end."""
+def _read_window(resp: Response, skip: int, size: int, *, exact: bool) -> tuple[bytearray | memoryview, int]:
+    """Bytes [skip, skip + size) of a body, straight into one buffer of `size` bytes: no pieces
+    joined at the end (which briefly doubles a 16 MiB range in memory), and nothing outside the
+    window kept. With `exact`, a body longer than the window is an error; otherwise (a server
+    that ignored Range) reading stops at the window's end."""
+    scratch = memoryview(bytearray(min(skip, _SKIP_PIECE)))
+    while skip:
+        skipped = resp.readinto(scratch[: min(skip, len(scratch))])
+        if not skipped:
+            return bytearray(), 0
+        skip -= skipped
     buf = _new_window(size)
-    view = memoryview(buf)
-    received = 0
-    for piece in resp.iter_raw():
-        if skip:
-            cut = min(skip, len(piece))
-            piece, skip = piece[cut:], skip - cut
-        if received + len(piece) > size:
-            if exact:
-                raise TransferError(f"xorb range longer than the {size} bytes asked for", retryable=True)
-            piece = piece[: size - received]
-        view[received : received + len(piece)] = piece
-        received += len(piece)
-        if received == size and not exact:
-            break
-    view.release()
-    return buf, received
-
-
-def _read_bounded(resp: httpx.Response, limit: int, *, truncate: bool = False) -> httpx.Response:
-    """Read a streamed answer's (decoded) body, at most `limit` bytes: beyond that, refuse it
-    (or, with `truncate`, keep only the first `limit` bytes, as for error messages)."""
-    parts: list[bytes] = []
-    received = 0
     try:
-        for piece in resp.iter_bytes():
-            if received + len(piece) > limit:
-                if not truncate:
-                    raise TransferError(f"the server's answer is larger than {limit} bytes; refusing to read it")
-                parts.append(piece[: limit - received])
-                break
-            parts.append(piece)
-            received += len(piece)
-    finally:
-        resp.close()
-    return httpx.Response(resp.status_code, headers=resp.headers, content=b"".join(parts), request=resp.request)
+        received = resp.readinto(memoryview(buf))
+        if exact and received == size and resp.readinto(memoryview(bytearray(1))):
+            raise TransferError(f"xorb range longer than the {size} bytes asked for", retryable=True)
+    except BaseException:
+        _give_back_window(buf)
+        raise
+    return buf, received
 
 
 class HttpCasBackend:
@@ -226,35 +151,22 @@ class HttpCasBackend:
         *,
         session_id: str | None = None,
         policy: RetryPolicy | None = None,
-        http: httpx.Client | None = None,
+        http: HttpClient | None = None,
         bundles: bool = False,
         checks_sha256_claims: bool = False,
-        direct_ranges: bool | None = None,
     ) -> None:
         """`bundles`: the server is a `git xet serve` (standalone mode), so a shard and its
         small xorbs may go in one request (core/upload_bundle.py); never sent otherwise.
         `checks_sha256_claims`: the server is one that verifies a shard's sha256 metadata
         (a `git xet serve`; see XetBackend.checks_sha256_claims).
-        `direct_ranges`: read xorb ranges straight into their windows (client/range_get.py)
-        rather than through `http`; by default only when the backend makes its own client (one
-        passed in, such as a test's transport, then carries every request). Never when the
-        environment names a proxy."""
+        `http`: the client to send requests with (the agent's router shares one among its
+        backends); by default the backend makes its own, and closes it."""
         self.endpoint = endpoint.rstrip("/")
         self.tokens = tokens or StaticToken(None)
         self.session_id = session_id or new_session_id()
         self.policy = policy or RetryPolicy.from_env()
         self._owns_http = http is None  # a client passed in is its owner's to close
         self.http = http or make_http_client()
-        self._direct: DirectRangeReader | None = None
-        if (http is None if direct_ranges is None else direct_ranges) and not proxies_in_environment():
-            timeout = self.http.timeout
-            self._direct = DirectRangeReader(
-                connect_timeout=timeout.connect or 60.0,
-                read_timeout=timeout.read or 300.0,
-                headers={"User-Agent": USER_AGENT},
-                tls=default_tls_context,
-                error_limit=MAX_ERROR_BYTES,
-            )
         self._grants_offered = True  # until the server answers a grant request with 404
         self._bundles = bundles  # until the server answers a bundle with 404 (an older server)
         self._checks_sha256_claims = checks_sha256_claims
@@ -263,8 +175,6 @@ class HttpCasBackend:
         """Close the connection pool, unless it was passed in (then its owner closes it)."""
         if self._owns_http:
             self.http.close()
-        if self._direct is not None:
-            self._direct.close()
 
     @property
     def cache_key(self) -> str:
@@ -291,23 +201,18 @@ class HttpCasBackend:
         *,
         ok: tuple[int, ...] = (200,),
         body: bytes | memoryview | None = None,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
         answer_limit: int = MAX_ANSWER_BYTES,
-        **kwargs,
-    ) -> httpx.Response:
+    ) -> Response:
         """One authenticated CAS call with retries; a 401 refreshes the token once. An answer
         longer than `answer_limit` bytes is refused unread."""
-        extra_headers = kwargs.pop("headers", None) or {}
-        if body is not None:
-            extra_headers = extra_headers | {"Content-Length": str(len(body))}
         refreshed = False
 
-        def send() -> httpx.Response:
-            if body is not None:
-                kwargs["content"] = _body_slices(body)  # a fresh iterator for every attempt
-            request = self.http.build_request(method, self.endpoint + path, headers=self._headers(extra_headers), **kwargs)
-            return self.http.send(request, stream=True)
+        def send() -> Response:
+            return self.http.request(method, self.endpoint + path, headers=self._headers(headers), body=body, json=json, stream=True)
 
-        def attempt() -> httpx.Response:
+        def attempt() -> Response:
             nonlocal refreshed
             resp = send()
             if resp.status_code == 401 and not refreshed:
@@ -316,8 +221,10 @@ class HttpCasBackend:
                 self.tokens.invalidate()
                 resp = send()
             if resp.status_code not in ok:
-                raise status_error(what, _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
-            return _read_bounded(resp, answer_limit)
+                resp.read(MAX_ERROR_BYTES, truncate=True)
+                raise status_error(what, resp)
+            resp.read(answer_limit)
+            return resp
 
         return with_retries(what, attempt, self.policy)
 
@@ -373,14 +280,12 @@ class HttpCasBackend:
         transient failures are retried; returns the status (2xx, 403 or 412)."""
 
         def attempt() -> int:
-            headers = grant.headers | {SESSION_ID: self.session_id, "Content-Length": str(len(body))}
-            # httpx's hint says Iterable[bytes]; it writes any buffer, and views spare the copies.
-            request = self.http.build_request(grant.method, grant.url, headers=headers, content=_body_slices(body))  # type: ignore[arg-type]
-            resp = self.http.send(request, stream=True)
-            if resp.status_code in (403, 412) or 200 <= resp.status_code < 300:
-                resp.close()
-                return resp.status_code
-            raise status_error(f"upload of xorb {xorb_hex[:12]} to its grant URL", _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
+            headers = grant.headers | {SESSION_ID: self.session_id}
+            with self.http.request(grant.method, grant.url, headers=headers, body=body, stream=True) as resp:
+                if resp.status_code in (403, 412) or 200 <= resp.status_code < 300:
+                    return resp.status_code
+                resp.read(MAX_ERROR_BYTES, truncate=True)
+                raise status_error(f"upload of xorb {xorb_hex[:12]} to its grant URL", resp)
 
         return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy)
 
@@ -508,41 +413,18 @@ class HttpCasBackend:
         def attempt() -> bytes | bytearray | memoryview:
             # Presigned URL: exactly the signed Range, and no bearer token.
             headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", SESSION_ID: self.session_id}
-            if self._direct is not None:
-                direct = self._fetch_direct(self._direct, fetch, url, headers)
-                if direct is not None:
-                    return direct
-            with self.http.stream("GET", url, headers=headers) as resp:
+            with self.http.request("GET", url, headers=headers, stream=True) as resp:
                 if resp.status_code == 403:
                     raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
                 if resp.status_code not in (200, 206):
-                    raise status_error(f"download of xorb {fetch.xorb[:12]}", _read_bounded(resp, MAX_ERROR_BYTES, truncate=True))
+                    resp.read(MAX_ERROR_BYTES, truncate=True)
+                    raise status_error(f"download of xorb {fetch.xorb[:12]}", resp)
                 # 200: the server ignored Range and sends the whole object; take our window.
                 skip = fetch.byte_start if resp.status_code == 200 else 0
                 data, received = _read_window(resp, skip, expected, exact=resp.status_code == 206)
             if received != expected:
+                _give_back_window(data)
                 raise TransferError(f"xorb range for {fetch.xorb[:12]} truncated ({received} of {expected} bytes)", retryable=True)
             return data
 
         return with_retries(f"download of xorb {fetch.xorb[:12]}", attempt, self.policy)
-
-    @staticmethod
-    def _fetch_direct(reader: DirectRangeReader, fetch: FetchRange, url: str, headers: dict[str, str]) -> bytearray | memoryview | None:
-        """fetch's attempt through the direct reader; None for a redirect (httpx follows it)."""
-        expected = fetch.byte_end - fetch.byte_start + 1
-        window = _new_window(expected)
-        try:
-            answer = reader.read_into(url, headers, memoryview(window), fetch.byte_start)
-            if answer is not None and answer.status == 403:
-                raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
-            if answer is not None and answer.status not in (200, 206):
-                raise refusal_error(f"download of xorb {fetch.xorb[:12]}", answer.status, answer.error_body, answer.retry_after)
-            if answer is not None and answer.received != expected:
-                raise TransferError(f"xorb range for {fetch.xorb[:12]} truncated ({answer.received} of {expected} bytes)", retryable=True)
-        except BaseException:
-            _give_back_window(window)
-            raise
-        if answer is None:
-            _give_back_window(window)
-            return None
-        return window

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
 
 from .errors import TransferError, error_from_body, for_status
 from .retry import RETRYABLE_STATUS
 
+if TYPE_CHECKING:
+    from .http_types import Response
 
-def status_error(what: str, resp: httpx.Response) -> TransferError:
+
+def status_error(what: str, resp: Response) -> TransferError:
     """The client error for a refused request: its class from the status and the server's
     stable `code` (errors.for_status), its message from the server's error body
-    (errors.error_from_body), and the server's Retry-After (honoured by client/retry.py)."""
+    (errors.error_from_body), and the server's Retry-After (honoured by client/retry.py).
+    The answer's body must have been read (Response.read)."""
     return refusal_error(what, resp.status_code, resp.content, resp.headers.get("retry-after", ""))
 
 
 def refusal_error(what: str, status: int, content: bytes, retry_after_header: str) -> TransferError:
-    """status_error from an answer's parts (for requests not made through httpx)."""
+    """status_error from an answer's parts."""
     body = error_from_body(content)
     message = f"{what}: HTTP {status}{': ' + body.message if body.message else ''}"
     retry_after = float(retry_after_header) if retry_after_header.replace(".", "", 1).isdigit() else None

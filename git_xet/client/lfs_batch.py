@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import httpx
-
 from ..core.http_headers import FILE_HASH, LFS_MEDIA_TYPE, header_value
 from .errors import TransferError
 from .http_errors import status_error
 from .retry import RetryPolicy, with_retries
+from .http_types import HttpClient, Response
+
+MAX_BATCH_ANSWER_BYTES = 1 << 20  # one object's entry; a larger answer is refused unread
 
 
 class BatchObject(NamedTuple):
@@ -44,7 +45,7 @@ class BatchObject(NamedTuple):
 
 
 def batch_one(
-    http: httpx.Client,
+    http: HttpClient,
     endpoint: str,
     operation: str,
     transfers: list[str],
@@ -58,11 +59,13 @@ def batch_one(
     adds the fix); a per-object error is left in the answer for the caller to judge."""
     what = f"LFS batch request to {endpoint}"
 
-    def attempt() -> httpx.Response:
-        resp = http.post(
+    def attempt() -> Response:
+        resp = http.request(
+            "POST",
             f"{endpoint}/objects/batch",
             json={"operation": operation, "transfers": transfers, "objects": [{"oid": oid, "size": size}], "hash_algo": "sha256"},
             headers={"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE, **headers},
+            limit=MAX_BATCH_ANSWER_BYTES,
         )
         if resp.status_code != 200:
             raise status_error(what, resp)  # 429/5xx: retried

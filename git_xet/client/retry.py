@@ -9,9 +9,8 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
-import httpx
-
 from .errors import TransferError
+from .http_types import TransportError
 
 log = logging.getLogger("git_xet.client")
 T = TypeVar("T")
@@ -54,7 +53,7 @@ def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, TransferError):
         return exc.retryable
     # Connect/read/write errors, timeouts, a connection dropped mid-body: all transient.
-    return isinstance(exc, httpx.TransportError)
+    return isinstance(exc, TransportError)
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -63,7 +62,7 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 def _short(exc: BaseException) -> str:
-    """The error without httpx's multi-line detail, for a one-line notice."""
+    """The error's first line, for a one-line notice."""
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:200]
 

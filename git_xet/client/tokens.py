@@ -6,9 +6,8 @@ import threading
 import time
 from typing import Protocol
 
-import httpx
-
 from .errors import TransferError
+from .http_types import HttpClient, TransportError
 
 REFRESH_MARGIN = 60  # seconds before expiry at which a token is renewed
 
@@ -48,7 +47,7 @@ class RefreshingToken:
         self,
         refresh_url: str,
         credential_headers: dict[str, str],
-        http: httpx.Client,
+        http: HttpClient,
         initial: tuple[str, float] | None = None,
     ) -> None:
         self._url = refresh_url
@@ -74,8 +73,8 @@ class RefreshingToken:
 
     def _refresh(self) -> None:
         try:
-            resp = self._http.get(self._url, headers=self._headers)
-        except httpx.TransportError as exc:
+            resp = self._http.request("GET", self._url, headers=self._headers, limit=1 << 20)
+        except TransportError as exc:
             raise TransferError(f"cannot reach the token service {self._url}: {exc}", retryable=True) from None
         if resp.status_code in (401, 403):
             raise TransferError(

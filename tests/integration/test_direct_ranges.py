@@ -1,5 +1,6 @@
-"""Xorb ranges read straight into their windows (client/range_get.py) from a real `git xet serve`:
-the same bytes as through httpx, and never around a proxy the environment names."""
+"""Xorb ranges read straight into their windows (client/wire.py) from a real `git xet serve`:
+the same bytes as through httpx (the proxied client), and never around a proxy the
+environment names."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import pytest
 from git_xet.agent.protocol import Transfer
 from git_xet.agent.routing import StoreRouter
 from git_xet.client.errors import TransferError
-from git_xet.client.http_backend import HttpCasBackend, make_http_client
+from git_xet.client.http_backend import HttpCasBackend, timeout_from_env
+from git_xet.client.proxied_http import ProxiedClient
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
+from git_xet.client.wire import Client
 from git_xet.core.reconstruction import FetchRange
 from git_xet.memory import xorb_range_windows
 from git_xet.pipelines.upload import Uploader
@@ -42,7 +45,7 @@ def test_direct_and_httpx_reads_agree_on_every_range(tmp_path: Path) -> None:
             file_hex = up.add_bytes(data).file_hex
             up.finalize()
         direct = HttpCasBackend(srv.url, token, policy=ONE_TRY)
-        through_httpx = HttpCasBackend(srv.url, token, policy=ONE_TRY, http=make_http_client())
+        through_httpx = HttpCasBackend(srv.url, token, policy=ONE_TRY, http=ProxiedClient(timeout_from_env()))  # no proxy to use: direct
         fetches = direct.reconstruction(file_hex).fetches
         assert len(fetches) >= 3
         for fetch in fetches:
@@ -52,8 +55,10 @@ def test_direct_and_httpx_reads_agree_on_every_range(tmp_path: Path) -> None:
         log = srv.log_once_it_has("/v1/xorb-data/", 2 * len(fetches))
         lines = [json.loads(x.split(" ", 3)[-1]) for x in log.splitlines() if '"/v1/xorb-data/' in x]
         assert sorted(line["bytes_out"] for line in lines) == sorted(2 * [f.byte_end - f.byte_start + 1 for f in fetches])
+        assert isinstance(direct.http, Client)
         direct.close()
         through_httpx.close()
+        through_httpx.http.close()
 
 
 def test_a_proxy_in_the_environment_is_never_bypassed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,8 +81,7 @@ def test_a_proxy_in_the_environment_is_never_bypassed(tmp_path: Path, monkeypatc
 
 
 class _RangeRecorder(BaseHTTPRequestHandler):
-    """Answers any range GET with zeros and notes how it was asked: http.client asks for the
-    body as it is (`Accept-Encoding: identity`), httpx offers gzip."""
+    """Answers any range GET with zeros and notes how it was asked."""
 
     encodings: ClassVar[list[str]] = []
 
@@ -93,9 +97,10 @@ class _RangeRecorder(BaseHTTPRequestHandler):
         pass
 
 
-def test_the_agents_stores_read_xorb_ranges_directly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agent's router gives every HTTP store its one shared httpx client; xorb ranges still
-    go straight into their windows, for a standalone server and for a negotiated (Hub) CAS."""
+def test_the_agents_stores_share_one_client_and_ask_for_ranges_as_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's router gives every HTTP store its one shared client, for a standalone server
+    and for a negotiated (Hub) CAS; every range is asked for as stored (`Accept-Encoding:
+    identity`), by the direct client and by httpx alike: a store's bytes are never re-encoded."""
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     _RangeRecorder.encodings = []
@@ -106,9 +111,12 @@ def test_the_agents_stores_read_xorb_ranges_directly(monkeypatch: pytest.MonkeyP
         standalone, _ = router.route(Transfer("download", "cd" * 32, 10_000_000, None, None))
         monkeypatch.delenv("GIT_XET_ENDPOINT")
         negotiated, _ = router.route(Transfer("download", "cd" * 32, 10_000_000, None, {"href": url, "header": {"X-Xet-Cas-Url": url}}))
-        assert standalone is not None and standalone is not negotiated
+        assert isinstance(standalone, HttpCasBackend) and isinstance(negotiated, HttpCasBackend) and standalone is not negotiated
+        assert standalone.http is negotiated.http is router.http() and isinstance(router.http(), Client)
         for backend in (standalone, negotiated):
             assert _bytes(backend.fetch(fetch)) == bytes(10_000)
-        through_httpx = HttpCasBackend(url, http=make_http_client())  # a client passed in carries everything
+        through_httpx = HttpCasBackend(url, http=ProxiedClient(timeout_from_env()))
         assert _bytes(through_httpx.fetch(fetch)) == bytes(10_000)
-    assert _RangeRecorder.encodings[:2] == ["identity", "identity"] and "gzip" in _RangeRecorder.encodings[2]
+        through_httpx.http.close()
+        router.http().close()
+    assert _RangeRecorder.encodings == ["identity"] * 3

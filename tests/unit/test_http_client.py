@@ -1,17 +1,20 @@
 """The agent's HTTP client: TLS is set up on the first https:// request only (an agent that
-talks to a plain-HTTP server never loads the system's certificates), and requests go through
-a proxy from the environment when one is set."""
+talks to a plain-HTTP server never loads the system's certificates), requests go through a
+proxy from the environment when one is set (httpx then carries them), and no cookies are kept
+either way."""
 
 from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
-import httpx
+import ssl
+
 import pytest
 
-from git_xet.client import http_backend
-from git_xet.client.http_backend import make_http_client
+from git_xet.client import http_types, wire
+from git_xet.client.http_backend import DEFAULT_TIMEOUT, make_http_client
+from git_xet.client.proxied_http import ProxiedClient
 from tests.support.http_stub import http_stub
 
 
@@ -34,18 +37,21 @@ def test_tls_is_set_up_on_the_first_https_request_only(monkeypatch: pytest.Monke
     monkeypatch.delenv("HTTPS_PROXY", raising=False)
     monkeypatch.delenv("ALL_PROXY", raising=False)
     made: list[object] = []
-    http_backend.default_tls_context.cache_clear()  # one per process: forget one an earlier test made
-    real = http_backend.ssl.create_default_context
-    monkeypatch.setattr(http_backend.ssl, "create_default_context", lambda *a, **k: made.append(1) or real(*a, **k))
-    with http_stub(_Recorder) as url, make_http_client() as client:
-        assert client.get(f"{url}/plain").content == b"ok"
+    http_types.verifying_tls_context.cache_clear()  # one per process: forget one an earlier test made
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: made.append(1) or real(*a, **k))
+    client = make_http_client()
+    assert isinstance(client, wire.Client)
+    with http_stub(_Recorder) as url, client:
+        assert client.request("GET", f"{url}/plain").content == b"ok"
         assert made == []  # plain HTTP: no certificates loaded
-        with pytest.raises(httpx.ConnectError):
-            client.get(f"https://127.0.0.1:{url.rsplit(':', 1)[1]}/secure")  # a plain server: the handshake fails
+        with pytest.raises(http_types.ConnectError):
+            client.request("GET", f"https://127.0.0.1:{url.rsplit(':', 1)[1]}/secure")  # a plain server: the handshake fails
         assert made == [1]
-        with pytest.raises(httpx.ConnectError):
-            client.get(f"https://127.0.0.1:{url.rsplit(':', 1)[1]}/again")
+        with pytest.raises(http_types.ConnectError):
+            client.request("GET", f"https://127.0.0.1:{url.rsplit(':', 1)[1]}/again")
         assert made == [1]  # made once, then reused
+    http_types.verifying_tls_context.cache_clear()  # not the counting one, for later tests
 
 
 def test_a_proxy_from_the_environment_carries_plain_requests(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,8 +60,10 @@ def test_a_proxy_from_the_environment_carries_plain_requests(monkeypatch: pytest
         monkeypatch.setenv("HTTP_PROXY", proxy)
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        with make_http_client() as client:
-            assert client.get("http://git-xet.invalid/through-the-proxy").content == b"ok"
+        client = make_http_client()
+        assert isinstance(client, ProxiedClient)
+        with client:
+            assert client.request("GET", "http://git-xet.invalid/through-the-proxy").content == b"ok"
     assert _Recorder.seen == ["http://git-xet.invalid/through-the-proxy"]  # the absolute form a proxy gets
 
 
@@ -75,14 +83,14 @@ class _CookieSetter(BaseHTTPRequestHandler):
         pass
 
 
-def test_cookies_a_server_sets_are_never_sent_back(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kind", ["direct", "proxied"])
+def test_cookies_a_server_sets_are_never_sent_back(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    with http_stub(_CookieSetter) as url, make_http_client() as client:
+    _CookieSetter.cookie_headers = []
+    client = wire.Client(DEFAULT_TIMEOUT) if kind == "direct" else ProxiedClient(DEFAULT_TIMEOUT)  # (httpx's, with no proxy to use)
+    with http_stub(_CookieSetter) as url, client:
         for _ in range(3):
-            answer = client.get(url + "/")
+            answer = client.request("GET", url + "/")
             assert answer.headers["set-cookie"] == "session=abc; Path=/"  # the answer itself is untouched
-        assert len(client.cookies) == 0
-        with pytest.raises(TypeError):
-            client.cookies = {"session": "abc"}
     assert _CookieSetter.cookie_headers == [None, None, None]

@@ -9,12 +9,11 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-import httpx
 import pytest
 
 from git_xet.client.errors import TransferError, error_from_body
 from git_xet.client.http_backend import HttpCasBackend
-from git_xet.client.http_errors import status_error
+from git_xet.client.http_errors import refusal_error
 from git_xet.core.http_headers import CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, bearer, header_value
 from git_xet.server.auth import presented_token
 from git_xet.server.errors import RequestRefused, error_frame, error_response, lfs_error_response, retryable
@@ -48,7 +47,7 @@ def test_a_refusal_is_the_same_client_error_as_an_answer_and_as_a_stream_frame(s
     """A refusal before the status line (a JSON answer) and after it (an NDJSON frame of
     POST /v2/shards) raise the same client error class with the same code."""
     refused = RequestRefused(status, message, code)
-    answered = status_error("shard upload", httpx.Response(status, content=bytes(error_response(refused).body)))
+    answered = refusal_error("shard upload", status, bytes(error_response(refused).body), "")
     frame = error_frame(refused)
     assert frame["retryable"] is retryable(refused)
     with pytest.raises(TransferError) as streamed:
