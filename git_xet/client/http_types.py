@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json as jsonlib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from .. import XetError
 from .errors import TransferError
@@ -235,11 +235,26 @@ class _Inflater:
             raise RemoteProtocolError("the server's compressed answer ends before its compressed stream does")
 
 
-class HttpClient(Protocol):
-    """What the client's callers need of HTTP (both this module's Client and the proxied one)."""
+_Client = TypeVar("_Client", bound="HttpClient")
+
+
+class HttpClient:
+    """What the client's callers need of HTTP: wire.Client (direct connections) and
+    proxied_http.ProxiedClient (httpx, through a proxy) differ only in how `_send` carries a
+    request."""
+
+    def __init__(self, timeouts: Timeouts) -> None:
+        self._timeouts = timeouts
 
     @property
-    def timeouts(self) -> Timeouts: ...
+    def timeouts(self) -> Timeouts:
+        return self._timeouts
+
+    def __enter__(self: _Client) -> _Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def request(
         self,
@@ -255,13 +270,25 @@ class HttpClient(Protocol):
         """Send the request (following redirects) and return the answer. With `stream`, the
         body is for the caller to read and close; without, it is read now, at most `limit`
         bytes (else TransferError). Connection failures raise TransportError."""
+        if json is not None:
+            merged = dict(headers or {})
+            if not any(name.lower() == "content-type" for name in merged):
+                merged["Content-Type"] = "application/json"
+            body, headers = jsonlib.dumps(json, separators=(",", ":")).encode(), merged  # compact, as hf-xet and httpx send it
+        if isinstance(body, memoryview) and (body.format != "B" or body.ndim != 1):
+            body = body.cast("B")  # counted and sent in bytes, whatever its items
+        resp = self._send(method, url, dict(headers or {}), body)
+        if not stream:
+            resp.read(limit)
+        return resp
 
-    def close(self) -> None: ...
+    def _send(self, method: str, url: str, headers: dict[str, str], body: bytes | memoryview | None) -> Response:
+        """The answer to one request, redirects followed, its body not read yet."""
+        raise NotImplementedError
 
+    def close(self) -> None:
+        raise NotImplementedError
 
-def json_body(value: Any, headers: Mapping[str, str] | None) -> tuple[bytes, dict[str, str]]:
-    """A JSON request body and its headers (a Content-Type the caller set is kept)."""
-    merged = dict(headers or {})
-    if not any(name.lower() == "content-type" for name in merged):
-        merged["Content-Type"] = "application/json"
-    return jsonlib.dumps(value).encode(), merged
+    @property
+    def is_closed(self) -> bool:
+        raise NotImplementedError

@@ -13,6 +13,7 @@ from .http_types import (
     ConnectError,
     ConnectTimeout,
     Headers,
+    HttpClient,
     RemoteProtocolError,
     ReadError,
     ReadTimeout,
@@ -21,7 +22,6 @@ from .http_types import (
     TransportError,
     WriteError,
     WriteTimeout,
-    json_body,
     verifying_tls_context,
 )
 
@@ -103,11 +103,11 @@ class _CookielessClient(httpx.Client):
         raise TypeError("this client keeps no cookies")
 
 
-class ProxiedClient:
+class ProxiedClient(HttpClient):
     """wire.Client's interface, with httpx carrying requests through the environment's proxy."""
 
     def __init__(self, timeouts: Timeouts, *, headers: Mapping[str, str] | None = None, max_idle: int = 16) -> None:
-        self._timeouts = timeouts
+        super().__init__(timeouts)
         self._http = _CookielessClient(
             timeout=httpx.Timeout(connect=timeouts.connect, read=timeouts.read, write=timeouts.write, pool=timeouts.connect),
             trust_env=True,
@@ -117,16 +117,6 @@ class ProxiedClient:
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=max_idle),
         )
 
-    @property
-    def timeouts(self) -> Timeouts:
-        return self._timeouts
-
-    def __enter__(self) -> ProxiedClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def close(self) -> None:
         self._http.close()
 
@@ -134,26 +124,11 @@ class ProxiedClient:
     def is_closed(self) -> bool:
         return self._http.is_closed
 
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        body: bytes | memoryview | None = None,
-        json: Any = None,
-        stream: bool = False,
-        limit: int | None = None,
-    ) -> Response:
-        if json is not None:
-            body, headers = json_body(json, headers)
+    def _send(self, method: str, url: str, headers: dict[str, str], body: bytes | memoryview | None) -> Response:
         # httpx's hint says bytes; it sends any buffer, and a view spares a copy of a xorb.
-        request = self._http.build_request(method, url, headers=dict(headers or {}), content=body)  # type: ignore[arg-type]
+        request = self._http.build_request(method, url, headers=headers, content=body)  # type: ignore[arg-type]
         try:
             answer = self._http.send(request, stream=True)
         except httpx.TransportError as exc:
             raise _as_transport_error(exc) from None
-        resp = Response(answer.status_code, Headers(answer.headers.multi_items()), str(answer.url), _HttpxBody(answer))
-        if not stream:
-            resp.read(limit)
-        return resp
+        return Response(answer.status_code, Headers(answer.headers.multi_items()), str(answer.url), _HttpxBody(answer))

@@ -22,13 +22,14 @@ import select
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from .errors import TransferError
 from .http_types import (
     READ_PIECE,
     Headers,
+    HttpClient,
     ReadError,
     ReadTimeout,
     RemoteProtocolError,
@@ -39,7 +40,6 @@ from .http_types import (
     WriteTimeout,
     ConnectError,
     ConnectTimeout,
-    json_body,
     verifying_tls_context,
 )
 
@@ -413,10 +413,11 @@ def redirected(method: str, status: int, headers: Mapping[str, str], body: bytes
     return method, next_headers, body
 
 
-class Client:
+class Client(HttpClient):
     """HTTP/1.1 to any origin, directly, with kept-alive connections (at most `max_idle` kept
-    idle) shared by the calling threads. `headers` go with every request (a caller's own win).
-    https:// origins get the TLS context `tls()` returns, asked for on first use."""
+    idle) shared by the calling threads. `headers` go with every request (a caller's own win,
+    whatever their case). https:// origins get the TLS context `tls()` returns, asked for on
+    first use."""
 
     def __init__(
         self,
@@ -426,20 +427,10 @@ class Client:
         tls: Callable[[], ssl.SSLContext] = verifying_tls_context,
         max_idle: int = 16,
     ) -> None:
-        self._timeouts = timeouts
+        super().__init__(timeouts)
         self._headers = {"Accept": "*/*", "Accept-Encoding": "identity", **(headers or {})}
         self._tls = tls
         self._pool = _IdleConnections(max_idle)
-
-    @property
-    def timeouts(self) -> Timeouts:
-        return self._timeouts
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Close the idle connections; a request still under way closes its own when done."""
@@ -449,29 +440,13 @@ class Client:
     def is_closed(self) -> bool:
         return self._pool.closed
 
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        body: bytes | memoryview | None = None,
-        json: Any = None,
-        stream: bool = False,
-        limit: int | None = None,
-    ) -> Response:
-        if json is not None:
-            body, headers = json_body(json, headers)
-        if isinstance(body, memoryview) and (body.format != "B" or body.ndim != 1):
-            body = body.cast("B")  # counted and sent in bytes, whatever its items
-        given = {name.lower() for name in headers or {}}
-        merged = {name: value for name, value in self._headers.items() if name.lower() not in given} | dict(headers or {})
+    def _send(self, method: str, url: str, headers: dict[str, str], body: bytes | memoryview | None) -> Response:
+        given = {name.lower() for name in headers}
+        merged = {name: value for name, value in self._headers.items() if name.lower() not in given} | headers
         for _ in range(MAX_REDIRECTS + 1):
             resp = self._exchange(method, url, merged, body)
             location = resp.headers.get("location")
             if resp.status_code not in REDIRECTS or not location:
-                if not stream:
-                    resp.read(limit)
                 return resp
             resp.read(64 << 10, truncate=True)  # a short body read to its end keeps the connection
             next_url = urljoin(url, location)

@@ -540,12 +540,14 @@ def test_content_length_is_sent_for_a_body_and_for_methods_that_expect_one(serve
     assert _values(_last(server).fields, "content-length") == length
 
 
-def test_a_json_body_is_sent_with_its_type_unless_the_caller_set_one(server: CountingServer) -> None:
+def test_a_json_body_is_sent_compact_with_its_type_unless_the_caller_set_one(server: CountingServer) -> None:
+    """Compact, as hf-xet and httpx send it: a grant request's bytes are the same as theirs."""
     value = {"operation": "upload", "objects": [{"oid": "ab" * 32, "size": 1}], "é": None}
     with _client() as client:
         client.request("POST", server.url + "/echo", json=value)
         seen = _last(server)
         assert json.loads(seen.body) == value and _values(seen.fields, "content-type") == ["application/json"]
+        assert b" " not in seen.body
         client.request("POST", server.url + "/echo", json=value, headers={"content-type": "application/vnd.git-lfs+json"})
         assert _values(_last(server).fields, "content-type") == ["application/vnd.git-lfs+json"]
 
