@@ -88,8 +88,10 @@ def _is_token(text: str) -> bool:
 def request_head(method: str, target: str, origin: Origin, headers: Mapping[str, str], body_length: int | None) -> bytes:
     """The request line and header block. A field value with a line break would smuggle a
     header of its own (values can come from a server, such as a grant's): refused."""
-    if not _is_token(method) or not target.isascii() or not target.isprintable() or " " in target:
-        raise TransferError(f"refusing to send a request with an invalid method or path: {method[:20]!r} {target[:60]!r}", retryable=False)
+    if not _is_token(method):
+        raise TransferError(f"refusing to send a request with the invalid method {method[:20]!r}", retryable=False)
+    if not target.isascii() or not target.isprintable() or " " in target:  # (not quoted: a presigned URL's query is a credential)
+        raise TransferError("refusing to send a request whose path holds spaces, control or non-ASCII characters", retryable=False)
     lines = [f"{method} {target} HTTP/1.1", f"Host: {_host_header(origin)}"]
     for name, value in headers.items():
         if name.lower() in ("host", "content-length", "transfer-encoding"):

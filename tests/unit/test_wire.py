@@ -651,9 +651,9 @@ def test_a_target_is_sent_as_given_if_printable_ascii_and_refused_before_sending
             assert client.request("GET", url).content == b"next"
             assert raw.requests[-1].target == target
             return
-        with pytest.raises(TransferError, match="invalid method or path") as caught:
+        with pytest.raises(TransferError, match="whose path holds") as caught:
             client.request("GET", url)
-    assert not caught.value.retryable
+    assert not caught.value.retryable and target not in str(caught.value)  # (a presigned query is a credential)
     assert (raw.connections, len(raw.requests)) == before
 
 
