@@ -671,6 +671,18 @@ def test_only_absolute_http_urls_are_requested(url: str) -> None:
 # Malformed answers
 
 
+def _accepted(raw: RawServer, data: bytes, method: str = "GET") -> Response:
+    """The answer (read whole) to a request answered with `data`; the next request must come
+    on the same connection and get its own answer."""
+    _serve(raw, data)
+    before = raw.connections
+    with _client(MALFORMED) as client:
+        resp = client.request(method, raw.url + "/body")
+        assert client.request("GET", raw.url + "/next").content == b"next"
+    assert raw.connections - before == 1
+    return resp
+
+
 def _malformed(raw: RawServer, data: bytes, *, close: bool = False, stream: bool = False) -> TransportError:
     """The error of a request answered with `data`; the next request must come on a new
     connection (the server kept this one open unless `close`) and get its own answer."""
@@ -786,14 +798,9 @@ def test_head_lines_up_to_64_kib_are_read_and_longer_ones_refused(raw: RawServer
     if length > MAX_LINE:
         assert type(_malformed(raw, data)) is RemoteProtocolError
         return
-    _serve(raw, data)
-    before = raw.connections
-    with _client(MALFORMED) as client:
-        resp = client.request("GET", raw.url + "/body")
-        assert (resp.status_code, resp.content) == (200, b"ok")
-        assert where == "status" or len(resp.headers["x-long"]) == length - 10
-        assert client.request("GET", raw.url + "/next").content == b"next"
-    assert raw.connections - before == 1
+    resp = _accepted(raw, data)
+    assert (resp.status_code, resp.content) == (200, b"ok")
+    assert where == "status" or len(resp.headers["x-long"]) == length - 10
 
 
 MAX_FIELDS = wire.MAX_HEAD_FIELDS
@@ -807,13 +814,8 @@ def test_up_to_200_header_fields_are_read_and_more_refused(raw: RawServer, count
     if count > MAX_FIELDS:
         assert type(_malformed(raw, data)) is RemoteProtocolError
         return
-    _serve(raw, data)
-    before = raw.connections
-    with _client(MALFORMED) as client:
-        resp = client.request("GET", raw.url + "/body")
-        assert (resp.content, len(resp.headers.items())) == (b"ok", count)
-        assert client.request("GET", raw.url + "/next").content == b"next"
-    assert raw.connections - before == 1
+    resp = _accepted(raw, data)
+    assert (resp.content, len(resp.headers.items())) == (b"ok", count)
 
 
 @settings(max_examples=60, deadline=None)
@@ -834,14 +836,9 @@ def test_a_body_cut_short_is_an_error_never_a_short_body(raw: RawServer, framed:
 )
 def test_informational_answers_before_the_real_one_are_skipped(raw: RawServer, interim: list[tuple[int, list[bytes]]]) -> None:
     heads = b"".join(b"HTTP/1.1 %d Info\r\n%s\r\n" % (code, b"".join(f + b"\r\n" for f in fields)) for code, fields in interim)
-    _serve(raw, heads + answer(200, b"real", "X-Final: 1"))
-    before = raw.connections
-    with _client(MALFORMED) as client:
-        resp = client.request("GET", raw.url + "/body")
-        assert (resp.status_code, resp.content, resp.headers.get("x-final")) == (200, b"real", "1")
-        assert "link" not in resp.headers and "x-progress" not in resp.headers
-        assert client.request("GET", raw.url + "/next").content == b"next"
-    assert raw.connections - before == 1
+    resp = _accepted(raw, heads + answer(200, b"real", "X-Final: 1"))
+    assert (resp.status_code, resp.content, resp.headers.get("x-final")) == (200, b"real", "1")
+    assert "link" not in resp.headers and "x-progress" not in resp.headers
 
 
 @settings(max_examples=30, deadline=None)
@@ -852,13 +849,8 @@ def test_informational_answers_before_the_real_one_are_skipped(raw: RawServer, i
 def test_head_204_and_304_answers_have_no_body(raw: RawServer, case: tuple[str, int], framing: bytes) -> None:
     """Whatever their framing fields say: the next answer on the connection follows at once."""
     method, status = case
-    _serve(raw, b"HTTP/1.1 %d Whatever\r\n%s\r\n" % (status, framing))
-    before = raw.connections
-    with _client(MALFORMED) as client:
-        resp = client.request(method, raw.url + "/body")
-        assert (resp.status_code, resp.content) == (status, b"")
-        assert client.request("GET", raw.url + "/next").content == b"next"
-    assert raw.connections - before == 1
+    resp = _accepted(raw, b"HTTP/1.1 %d Whatever\r\n%s\r\n" % (status, framing), method)
+    assert (resp.status_code, resp.content) == (status, b"")
 
 
 # ---------------------------------------------------------------------------------------------
