@@ -12,7 +12,6 @@ from ..core.shard import Shard
 from ..storage.cas_store import CasStore
 from ..storage.errors import StorageError
 from ..storage.planning import plan_reconstruction
-from .backend import upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, StoreDamagedError, TransferError, from_storage_error
 
 
@@ -49,7 +48,10 @@ class LocalStoreBackend:
             raise from_storage_error(exc, str(self.root)) from None
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
-        return upload_in_order(self, xorbs, shard)
+        try:
+            return self.store.put_xorbs_with_shard(xorbs, shard)
+        except StorageError as exc:
+            raise from_storage_error(exc, str(self.root)) from None
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         return self.store.dedup_shard(chunk_hash)

@@ -40,7 +40,7 @@ from ..core.errors import FormatError
 from ..core.http_headers import FILE_HASH
 from ..core.shard import Shard, ShardFooter, parse_shard, serialize_shard
 from ..core.upload_bundle import parse_bundle
-from ..storage.cas_store import CasStore, StoredFile
+from ..storage.cas_store import CasStore, StoredFile, chunks_referenced
 from ..storage.index_base import open_index
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import S3ObjectStore, open_s3_objects
@@ -299,9 +299,7 @@ class CasApp:
     def _store_bundle(self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None) -> bool:
         """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
         hand-offs cost more than the work."""
-        for xorb_hash, xorb in xorbs:
-            self.store.put_xorb(hashes.hash_to_hex(xorb_hash), xorb)
-        return self._register(shard, repo, None, parsed)
+        return self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed)
 
     async def upload_shard_v2(self, request: Request) -> Response:
         """NDJSON frames: `validating` while the sha256 of the shard's files is computed from the
@@ -378,7 +376,7 @@ def _parsed_if_small(body: bytes) -> Shard | None:
         shard = parse_shard(body)
     except FormatError:
         return None
-    return shard if sum(max(t.chunk_end - t.chunk_start, 0) for f in shard.files for t in f.terms) <= SMALL_SHARD_CHUNKS else None
+    return shard if chunks_referenced(shard) <= SMALL_SHARD_CHUNKS else None
 
 
 def _bucket_urls(bucket: S3ObjectStore, ttl: int) -> Callable[[str, int, int], str]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -36,7 +36,7 @@ from ..core.errors import FormatError
 from ..core.shard import CasInfo, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, XorbLayout, decode_chunk, parse_chunk_records, verify_xorb
 from .errors import Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
-from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, ShardRegistration, StoredFile, open_index
+from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, NewXorb, ShardRegistration, StoredFile, open_index
 from .objects import DirectoryObjectStore, ObjectStore
 from .work_budget import check_reference_budget
 
@@ -53,6 +53,10 @@ MAX_SHARD_CHUNK_REFERENCES = 1 << 23
 # with their registration, instead of as an object: a small push then costs the store one
 # object write (its xorb) and its share of an index commit, not two object writes.
 SHARD_IN_INDEX_BELOW = 64 * 1024
+# A bundle's shard whose files reference at most this many chunks (8 MiB of file at the
+# 128 KiB largest chunk: a few small files) is checked while its new xorb's writer lock is
+# held (put_xorbs_with_shard); a larger one is checked after, as a shard on its own is.
+BUNDLE_CHUNKS = 64
 # Where upload grants' PUTs land in a bucket (see the layout above and server/grants.py).
 STAGED_UPLOADS = "uploads/"
 
@@ -68,6 +72,11 @@ def _read_pieces(layout: XorbLayout, chunk_start: int, chunk_end: int, piece: in
             stop += 1
         yield first, stop
         first = stop
+
+
+def chunks_referenced(shard: Shard) -> int:
+    """How many chunks a shard's files name in all (what checking them costs)."""
+    return sum(max(t.chunk_end - t.chunk_start, 0) for info in shard.files for t in info.terms)
 
 
 class CasStore:
@@ -125,10 +134,7 @@ class CasStore:
         key = self.xorb_key(xorb_hex)
         if self._is_stored(xorb_hex, key):
             return False
-        try:
-            verified = verify(hashes.hex_to_hash(xorb_hex))
-        except FormatError as exc:
-            raise Rejected(f"rejected xorb {xorb_hex}: {exc}") from None
+        verified = self._verified(xorb_hex, verify)
         # One writer of this xorb at a time, whatever the store's conditional create does; the
         # second finds what the first stored and indexed.
         with self.index.xorb_writer_lock(xorb_hex.lower()), self._full_disk_reported():
@@ -143,6 +149,58 @@ class CasStore:
             else:
                 self._index_stored_xorb(xorb_hex, verified)
         return created
+
+    @staticmethod
+    def _verified(xorb_hex: str, verify: Callable[[bytes], VerifiedXorb]) -> VerifiedXorb:
+        try:
+            return verify(hashes.hex_to_hash(xorb_hex))
+        except FormatError as exc:
+            raise Rejected(f"rejected xorb {xorb_hex}: {exc}") from None
+
+    def put_xorbs_with_shard(
+        self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard_body: bytes, repo: str = DEFAULT_REPO, verify_sha256: bool = False, parsed: Shard | None = None
+    ) -> bool:
+        """put_xorb of each xorb, then register_shard: an upload bundle (a small file's xorb
+        and its shard), with the same checks, results and order of writes.
+
+        When the bundle has one xorb not stored yet and the shard is small (see
+        BUNDLE_CHUNKS), that xorb is indexed in the shard's transaction, and the shard's
+        checks read it from memory instead of from the store: one index commit per small file
+        instead of two, and no read back of bytes just verified. The xorb's writer lock is held
+        from its creation to that commit, as put_xorb holds it. Otherwise each xorb is stored
+        on its own (one writer lock at a time), then the shard. Either way a xorb stored
+        before the shard is refused stays stored and indexed, as after separate requests."""
+        pending = [(xorb_hex, body) for xorb_hex, body in xorbs if not self._is_stored(xorb_hex, self.xorb_key(xorb_hex))]
+        try:
+            shard = parsed if parsed is not None else parse_shard(shard_body)
+        except FormatError:
+            shard = None  # register_shard refuses it, after the xorbs (as separate requests would)
+        if len(pending) != 1 or shard is None or chunks_referenced(shard) > BUNDLE_CHUNKS:
+            for xorb_hex, body in pending:
+                self.put_xorb(xorb_hex, body)
+            return self.register_shard(shard_body, repo, verify_sha256, parsed=shard)
+        xorb_hex, body = pending[0]
+        key = self.xorb_key(xorb_hex)
+        verified = self._verified(xorb_hex, lambda expected: verify_xorb(body, expected))
+        with self.index.xorb_writer_lock(xorb_hex.lower()), self._full_disk_reported():
+            if self._is_stored(xorb_hex, key):
+                fresh = None
+            elif self.objects.put_new(key, verified.body, verified.footer().serialize()):
+                fresh = verified
+            else:
+                self._index_stored_xorb(xorb_hex, verified)
+                fresh = None
+            if fresh is None:
+                registration = self._checked_registration(shard_body, shard, repo, verify_sha256)
+            else:
+                try:
+                    registration = self._checked_registration(shard_body, shard, repo, verify_sha256, fresh={verified.xorb_hash: verified})
+                except Exception:
+                    self._index_xorb(xorb_hex, verified)  # refused: the xorb stays, as after two requests
+                    raise
+                new_xorb = NewXorb(verified.layout(), len(verified.body), self._restorer(key, verified))
+                registration = registration._replace(new_xorbs=(new_xorb,))
+            return self._record(registration, shard_body)
 
     def _is_stored(self, xorb_hex: str, key: str) -> bool:
         return self.xorb_layout(xorb_hex) is not None and self.objects.exists(key)
@@ -165,13 +223,17 @@ class CasStore:
         this xorb, which gc also takes: an orphan that gc removed just before a re-upload indexes
         it again is written back, never indexed while missing."""
         key = self.xorb_key(xorb_hex)
+        self.index.add_xorb(verified.layout(), len(verified.body), before_insert=self._restorer(key, verified))
+
+    def _restorer(self, key: str, verified: VerifiedXorb) -> Callable[[], None]:
+        """What runs just before a xorb is indexed: its object stored again if gc took it."""
 
         def ensure_stored() -> None:
             if not self.objects.exists(key):
-                log.info("xorb %s was collected while being indexed; storing it again", xorb_hex)
+                log.info("xorb %s was collected while being indexed; storing it again", verified.layout().xorb_hex)
                 self.objects.put(key, verified.body, verified.footer().serialize())
 
-        self.index.add_xorb(verified.layout(), len(verified.body), before_insert=ensure_stored)
+        return ensure_stored
 
     def _index_stored_xorb(self, xorb_hex: str, ours: VerifiedXorb) -> None:
         """Another writer created this xorb's object first: index what it stored.
@@ -222,9 +284,9 @@ class CasStore:
 
     # ------------------------------------------------------------------ shards
 
-    def _check_cas_block(self, info: CasInfo) -> XorbLayout:
+    def _check_cas_block(self, info: CasInfo, layouts: dict[bytes, XorbLayout]) -> XorbLayout:
         name = hashes.hash_to_hex(info.xorb_hash)
-        layout = self.xorb_layout(name)
+        layout = layouts.get(info.xorb_hash) or self.xorb_layout(name)
         if layout is None:
             raise MissingXorbs(f"shard describes xorb {name}, which was never uploaded")
         if tuple(c.chunk_hash for c in info.chunks) != layout.chunk_hashes:
@@ -234,7 +296,7 @@ class CasStore:
     @staticmethod
     def _check_work_bound(shard: Shard) -> None:
         """Refuse, before any per-chunk work, a shard whose files reference too many chunks."""
-        referenced = sum(t.chunk_end - t.chunk_start for info in shard.files for t in info.terms)
+        referenced = chunks_referenced(shard)
         if referenced > MAX_SHARD_CHUNK_REFERENCES:
             raise TooMuchWork(
                 f"shard's files reference {referenced} chunks, more than the {MAX_SHARD_CHUNK_REFERENCES} one shard "
@@ -281,7 +343,7 @@ class CasStore:
         if hashes.file_hash(all_hashes, all_sizes) != info.file_hash:
             raise Rejected(f"file {name}: its hash does not match the chunks it references")
 
-    def _sha256_of(self, stored: StoredFile, progress: Callable[[int], None] | None) -> str:
+    def _sha256_of(self, stored: StoredFile, progress: Callable[[int], None] | None, fresh: Mapping[bytes, VerifiedXorb]) -> str:
         """The sha256 of a registered-to-be file, computed from the stored chunks.
 
         The chunks are not hashed again on this pass (BLAKE3 over every byte of every push):
@@ -290,7 +352,7 @@ class CasStore:
         with verification, to blame the store rather than the claim when the store is at fault."""
         digest = hashlib.sha256()
         since = 0
-        for chunk in self.iter_file_bytes(stored, verify=False):
+        for chunk in self.iter_file_bytes(stored, verify=False, fresh=fresh):
             digest.update(chunk)
             since += len(chunk)
             if progress is not None and since >= PROGRESS_STEP:
@@ -327,11 +389,25 @@ class CasStore:
             shard = parsed if parsed is not None else parse_shard(body)
         except FormatError as exc:
             raise Rejected(f"invalid shard: {exc}") from None
+        return self._record(self._checked_registration(body, shard, repo, verify_sha256, progress), body)
+
+    def _checked_registration(
+        self,
+        body: bytes,
+        shard: Shard,
+        repo: str,
+        verify_sha256: bool,
+        progress: Callable[[int, int], None] | None = None,
+        fresh: Mapping[bytes, VerifiedXorb] | None = None,
+    ) -> ShardRegistration:
+        """register_shard's checks (nothing is written): what to record. `fresh`: xorbs
+        verified and stored but not indexed yet (put_xorbs_with_shard), read from memory."""
+        fresh = fresh or {}
         self._check_work_bound(shard)
         shard_id = hashes.hash_to_hex(hashes.keyed_hash(bytes(32), body))
-        layouts: dict[bytes, XorbLayout] = {}
+        layouts: dict[bytes, XorbLayout] = {xorb_hash: verified.layout() for xorb_hash, verified in fresh.items()}
         for cas in shard.cas:
-            layouts[cas.xorb_hash] = self._check_cas_block(cas)
+            layouts[cas.xorb_hash] = self._check_cas_block(cas, layouts)
         for info in shard.files:
             self._check_terms_in_range(info, layouts)
         check_reference_budget(len(body), (t for info in shard.files for t in info.terms), {x: layout.chunk_sizes for x, layout in layouts.items()})
@@ -364,9 +440,9 @@ class CasStore:
                 progress(done, total)
 
         for stored, claim in to_verify:
-            actual = self._sha256_of(stored, advance)
+            actual = self._sha256_of(stored, advance, fresh)
             if actual != claim:
-                for _ in self.iter_file_bytes(stored):  # Damaged if the stored bytes are at fault
+                for _ in self.iter_file_bytes(stored, fresh=fresh):  # Damaged if the stored bytes are at fault
                     pass
                 raise Rejected(f"file {stored.file_hex}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
             oids[stored.file_hex] = computed[stored.file_hex] = actual
@@ -376,10 +452,14 @@ class CasStore:
             name = hashes.hash_to_hex(info.file_hash)
             files.append(FileRegistration(name, info.size, info.terms, computed.get(name), oids.get(name)))
         in_index = len(body) < SHARD_IN_INDEX_BELOW
+        return ShardRegistration(shard_id, len(body), repo, tuple(files), self._dedup_entries(shard, layouts), body if in_index else None)
+
+    def _record(self, registration: ShardRegistration, body: bytes) -> bool:
+        """Write what _checked_registration decided: the shard's object (unless its index row
+        keeps it), then the index."""
         with self._full_disk_reported():
-            if not in_index:
-                self.objects.put(f"shards/{shard_id}.mdb", body)
-            registration = ShardRegistration(shard_id, len(body), repo, tuple(files), self._dedup_entries(shard, layouts), body if in_index else None)
+            if registration.body is None:
+                self.objects.put(f"shards/{registration.shard_id}.mdb", body)
             return self.index.register_shard(registration)
 
     def shard_bytes(self, shard_id: str) -> bytes:
@@ -413,19 +493,21 @@ class CasStore:
             raise Rejected(f"invalid file hash {file_hex[:80]!r}")
         return self.index.get_file(file_hex.lower())
 
-    def iter_file_bytes(self, stored: StoredFile, verify: bool = True) -> Iterator[bytes | memoryview]:
+    def iter_file_bytes(self, stored: StoredFile, verify: bool = True, fresh: Mapping[bytes, VerifiedXorb] | None = None) -> Iterator[bytes | memoryview]:
         """The file's bytes, term by term, each chunk checked against its stored hash (unless
         not `verify`: see _sha256_of). A term is read in pieces of at most the object store's
         read_piece bytes, never whole: a 64 MiB read is a fresh allocation every time (the
-        allocator maps and unmaps blocks that large, and each page faults in again)."""
+        allocator maps and unmaps blocks that large, and each page faults in again). Xorbs in
+        `fresh` (verified, not indexed yet) are read from their verified bodies."""
         for term in stored.terms:
             xorb_hex = hashes.hash_to_hex(term.xorb_hash)
-            layout = self.xorb_layout(xorb_hex)
+            in_memory = fresh.get(term.xorb_hash) if fresh else None
+            layout = in_memory.layout() if in_memory is not None else self.xorb_layout(xorb_hex)
             if layout is None:
                 raise Damaged(f"xorb {xorb_hex} of file {stored.file_hex} is missing")
             for first, stop in _read_pieces(layout, term.chunk_start, term.chunk_end, self.objects.read_piece):
                 start, end = layout.byte_range(first, stop)
-                data = self.read_xorb_range(xorb_hex, start, end)
+                data = in_memory.body[start : end + 1] if in_memory is not None else self.read_xorb_range(xorb_hex, start, end)
                 try:
                     records, _ = parse_chunk_records(data)
                     if len(records) != stop - first:

@@ -68,6 +68,15 @@ class FileRegistration(NamedTuple):
     oid: str | None  # the Git LFS oid to map in the repo (computed, known, or vouched for)
 
 
+class NewXorb(NamedTuple):
+    """A xorb stored with its shard (an upload bundle), indexed in the shard's transaction
+    exactly as add_xorb(layout, body_size, before_insert) would index it."""
+
+    layout: XorbLayout
+    body_size: int
+    before_insert: Callable[[], None] | None = None
+
+
 class ShardRegistration(NamedTuple):
     """Everything one accepted shard adds to the index, written in one transaction."""
 
@@ -77,6 +86,9 @@ class ShardRegistration(NamedTuple):
     files: tuple[FileRegistration, ...]
     dedup: tuple[tuple[bytes, str], ...] = ()  # (key chunk hash, xorb hex)
     body: bytes | None = None  # the shard itself, kept in the index (small shards: see CasStore)
+    # Xorbs stored for this shard and not indexed yet: recorded first, even when the repo has
+    # registered the shard before (one commit where add_xorb and register_shard made two).
+    new_xorbs: tuple[NewXorb, ...] = ()
 
 
 class MetadataIndex(Protocol):
@@ -118,9 +130,9 @@ class MetadataIndex(Protocol):
     def get_file(self, file_hex: str) -> StoredFile | None: ...
 
     def register_shard(self, shard: ShardRegistration) -> bool:
-        """Record a shard, all or nothing. False (and nothing new for the repo) when the repo
-        has registered this shard before. Conflict if a xorb its files use is no longer
-        indexed (collected by gc since CasStore checked it)."""
+        """Record a shard, all or nothing, after its new_xorbs (as add_xorb records them). False
+        (and nothing new for the repo) when the repo has registered this shard before. Conflict
+        if a xorb its files use is no longer indexed (collected by gc since CasStore checked it)."""
 
     def unreferenced_xorbs(self) -> Iterator[str]:
         """Indexed xorbs no registered file uses (uploads whose shard never came), for gc."""

@@ -24,7 +24,7 @@ import psycopg
 
 from ..core.xorb import XorbLayout
 from .errors import Conflict, Misconfigured, Unavailable
-from .index_base import COLUMNS, TABLES, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, TABLES, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 log = logging.getLogger("git_xet.storage")
 T = TypeVar("T")
@@ -94,6 +94,18 @@ def _only_value(row: tuple[Any, ...] | None) -> Any:
 def _lock_xorb(conn: psycopg.Connection, xorb_hex: str) -> None:
     """Hold, until the transaction ends, the lock that writers and the collector of this xorb share."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (xorb_hex,))
+
+
+def _insert_xorb(conn: psycopg.Connection, xorb: NewXorb) -> bool:
+    """add_xorb's work inside a transaction: True if this recorded the xorb."""
+    if xorb.before_insert is not None:
+        # Writers (and the collector) of this xorb queue here: one runs before_insert.
+        _lock_xorb(conn, xorb.layout.xorb_hex)
+        if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (xorb.layout.xorb_hex,)).fetchone() is not None:
+            return False
+        xorb.before_insert()
+    cur = conn.execute("INSERT INTO xorbs VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", layout_row(xorb.layout, xorb.body_size))
+    return cur.fetchone() is not None
 
 
 class PostgresIndex:
@@ -173,18 +185,9 @@ class PostgresIndex:
     # ------------------------------------------------------------------ xorbs
 
     def add_xorb(self, layout: XorbLayout, body_size: int, before_insert: Callable[[], None] | None = None) -> bool:
-        row = layout_row(layout, body_size)
-
         def work(conn: psycopg.Connection) -> bool:
             with conn.transaction():
-                if before_insert is not None:
-                    # Writers (and the collector) of this xorb queue here: one runs before_insert.
-                    _lock_xorb(conn, layout.xorb_hex)
-                    if conn.execute("SELECT 1 FROM xorbs WHERE hash = %s", (layout.xorb_hex,)).fetchone() is not None:
-                        return False
-                    before_insert()
-                cur = conn.execute("INSERT INTO xorbs VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", row)
-                return cur.fetchone() is not None
+                return _insert_xorb(conn, NewXorb(layout, body_size, before_insert))
 
         return self._run(work)
 
@@ -291,6 +294,8 @@ class PostgresIndex:
 
         def work(conn: psycopg.Connection) -> bool:
             with conn.transaction():
+                for xorb in shard.new_xorbs:
+                    _insert_xorb(conn, xorb)
                 conn.execute("INSERT INTO shards (id, size, body) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", (shard.shard_id, shard.size, shard.body))
                 cur = conn.execute("INSERT INTO repo_shards VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1", (shard.repo, shard.shard_id))
                 if cur.fetchone() is None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from ..core.xorb import XorbLayout
 from ..fsutil import opening_lock
 from .errors import Conflict, Misconfigured
-from .index_base import COLUMNS, DEFAULT_REPO, TABLES, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, DEFAULT_REPO, TABLES, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 from .sqlite_file import SqliteFile
 
 _SCHEMA = """
@@ -99,6 +99,16 @@ DROP INDEX IF EXISTS files_by_sha256;
 """
 
 
+def _insert_xorb(db: sqlite3.Connection, xorb: NewXorb) -> bool:
+    """add_xorb's work inside a write transaction: True if this recorded the xorb."""
+    if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb.layout.xorb_hex,)).fetchone() is not None:
+        return False
+    if xorb.before_insert is not None:
+        xorb.before_insert()
+    db.execute("INSERT INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)", layout_row(xorb.layout, xorb.body_size))
+    return True
+
+
 class SqliteIndex:
     """MetadataIndex in one SQLite file. Thread-safe: reads on one connection per thread,
     writes on one shared by all (under the write lock)."""
@@ -157,12 +167,7 @@ class SqliteIndex:
 
     def add_xorb(self, layout: XorbLayout, body_size: int, before_insert: Callable[[], None] | None = None) -> bool:
         with self._db(synced=False) as db:
-            if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (layout.xorb_hex,)).fetchone() is not None:
-                return False
-            if before_insert is not None:
-                before_insert()
-            db.execute("INSERT INTO xorbs VALUES (?, ?, ?, ?, ?, ?, ?)", layout_row(layout, body_size))
-        return True
+            return _insert_xorb(db, NewXorb(layout, body_size, before_insert))
 
     @contextmanager
     def xorb_writer_lock(self, xorb_hex: str) -> Iterator[None]:
@@ -233,6 +238,8 @@ class SqliteIndex:
 
     def register_shard(self, shard: ShardRegistration) -> bool:
         with self._db() as db:
+            for xorb in shard.new_xorbs:
+                _insert_xorb(db, xorb)
             db.execute("INSERT OR IGNORE INTO shards (id, size, body) VALUES (?, ?, ?)", (shard.shard_id, shard.size, shard.body))
             if db.execute("SELECT 1 FROM repo_shards WHERE repo = ? AND id = ?", (shard.repo, shard.shard_id)).fetchone():
                 return False

@@ -35,6 +35,7 @@ from git_xet.storage.index_base import (
     TABLES,
     FileRegistration,
     MetadataIndex,
+    NewXorb,
     ShardRegistration,
     StoredFile,
     copy_index,
@@ -122,6 +123,8 @@ shards = st.builds(
     st.sampled_from(REPOS),
     st.lists(file_regs, max_size=3).map(tuple),
     st.lists(st.tuples(st.sampled_from(CHUNKS), st.sampled_from(XORBS).map(_hex)), max_size=3).map(tuple),
+    st.none(),
+    st.lists(st.builds(NewXorb, layouts, st.integers(1, 2**26)), max_size=2).map(tuple),  # an upload bundle's xorbs
 )
 operations = st.lists(
     st.one_of(
@@ -156,12 +159,17 @@ class Model:
         return True
 
     def register_shard(self, s: ShardRegistration) -> bool:
-        """True, False (a repeat), or Conflict (a xorb its files use is not indexed: no change)."""
+        """The new xorbs first (as add_xorb), then True, False (a repeat), or Conflict (a xorb
+        its files use is not indexed: no change at all, new xorbs included)."""
+        indexed = dict(self.xorbs)
+        for new in s.new_xorbs:
+            indexed.setdefault(new.layout.xorb_hex, (new.layout, new.body_size))
+        if (s.repo, s.shard_id) not in self.repo_shards and any(_hex(t.xorb_hash) not in indexed for f in s.files for t in f.terms):
+            raise Conflict("a xorb is not indexed")
+        self.xorbs = indexed
         if (s.repo, s.shard_id) in self.repo_shards:
             self.shards.setdefault(s.shard_id, s.size)
             return False
-        if any(_hex(t.xorb_hash) not in self.xorbs for f in s.files for t in f.terms):
-            raise Conflict("a xorb is not indexed")
         self.shards.setdefault(s.shard_id, s.size)
         self.repo_shards.add((s.repo, s.shard_id))
         for f in s.files:

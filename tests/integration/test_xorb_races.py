@@ -101,19 +101,24 @@ def test_threads_racing_on_the_server(races, tmp_path: Path) -> None:
             _read_back(backend, data, digest, xorb_hash)
 
 
-def _racer(root: str, xorb_hex: str, body: bytes, barrier, results) -> None:
+def _racer(root: str, xorb_hex: str, body: bytes, shard: bytes | None, barrier, results) -> None:
+    """Upload the xorb, or with `shard` the bundle of both (as the agent sends a small file)."""
     backend = LocalStoreBackend(Path(root))
     barrier.wait()
-    results.put(backend.upload_xorb(xorb_hex, body))
+    results.put(backend.upload_xorb(xorb_hex, body) if shard is None else backend.upload_xorbs_with_shard([(xorb_hex, body)], shard))
 
 
-def test_processes_racing_on_a_local_store(races, tmp_path: Path) -> None:
+@pytest.mark.parametrize("bundled", [False, True], ids=["xorbs", "bundles"])
+def test_processes_racing_on_a_local_store(races, tmp_path: Path, bundled: bool) -> None:
+    """Exactly one racer creates the xorb, or with bundles registers the shard (the other's is
+    a repeat); either way the store describes the bytes it holds."""
     ctx = multiprocessing.get_context("fork")
     root = tmp_path / "store"
     LocalStoreBackend(root)  # create it before the racers open it
-    for _data, _digest, xorb_hash, first, second in races:
+    for _data, digest, xorb_hash, first, second in races:
         barrier, results = ctx.Barrier(2), ctx.Queue()
-        procs = [ctx.Process(target=_racer, args=(str(root), hashes.hash_to_hex(xorb_hash), body, barrier, results)) for body in (first, second)]
+        shard = whole_xorb_file_shard(digest, xorb_hash) if bundled else None
+        procs = [ctx.Process(target=_racer, args=(str(root), hashes.hash_to_hex(xorb_hash), body, shard, barrier, results)) for body in (first, second)]
         for p in procs:
             p.start()
         for p in procs:
