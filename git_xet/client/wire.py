@@ -153,15 +153,14 @@ class Connection:
         it) nor in our buffer (a server that sent more than its answer declared; taken for the
         next answer, they would answer a request they never saw)."""
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-            if readable:
+            if _readable_now(self.sock):
                 return False
             self.sock.setblocking(False)  # (every exchange sets its own timeouts first)
             return not self.reader.peek(1)  # buffered bytes, or (none) b"" with nothing read
         except OSError as exc:
             # TLS reports "nothing to read yet" as SSLWantReadError (SSL_ERROR_WANT_READ = 2).
             return self.origin[0] == "https" and exc.errno == 2
-        except ValueError:  # closed, or a descriptor select cannot watch
+        except ValueError:  # closed: no descriptor to watch
             return False
 
     def send(self, head: bytes, body: bytes | memoryview | None, timeout: float | None) -> None:
@@ -354,6 +353,18 @@ class ConnectionBody:
             self._give_back(conn)
         else:
             conn.close()
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    """Whether reading `sock` would not block (bytes, or its end). poll, where there is one:
+    select cannot watch a descriptor numbered FD_SETSIZE (1024) or above, which a process
+    holding many files gets for its sockets."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
 
 
 class _IdleConnections:

@@ -39,6 +39,8 @@ import gzip
 import hashlib
 import itertools
 import json
+import os
+import resource
 import socket
 import ssl
 import struct
@@ -924,6 +926,35 @@ def test_one_kept_alive_connection_carries_sequential_requests(server: CountingS
         for i in range(20):
             assert client.request("POST", server.url + "/echo", body=b"%d" % i).text == _sha(b"%d" % i)
     assert server.connections - before == 1
+
+
+def test_connections_numbered_past_select_s_limit_are_reused_and_their_close_seen(server: CountingServer) -> None:
+    """A process holding many files gets socket descriptors of 1024 (FD_SETSIZE) and above,
+    which select() cannot watch: the check before reusing a connection must still work."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        assert hard == resource.RLIM_INFINITY or hard >= wanted, f"the test needs {wanted} descriptors; the hard limit is {hard}"
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    filler: list[int] = [os.open(os.devnull, os.O_RDONLY)]  # every descriptor below 1100 taken
+    try:
+        while filler[-1] < 1100:
+            filler.append(os.dup(filler[0]))
+        before = server.connections
+        with _client() as client:
+            for i in range(5):
+                assert client.request("POST", server.url + "/echo", body=b"%d" % i).text == _sha(b"%d" % i)
+            assert server.connections - before == 1
+            sock = next(iter(client._pool._idle.values()))[0].sock  # the kept-alive connection
+            assert sock.fileno() >= 1024
+            assert client.request("GET", server.url + "/then-close").content == b"bye"
+            time.sleep(0.1)  # the close has arrived: the idle connection reads as EOF
+            assert client.request("POST", server.url + "/echo", body=b"x").text == _sha(b"x")
+        assert server.connections - before == 2
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_connection_the_server_closed_while_idle_is_not_reused(server: CountingServer) -> None:
