@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -123,6 +123,9 @@ def test_a_store_that_stays_inconsistent_fails_with_a_clear_message(tmp_path: Pa
     class Forgetful(LocalStoreBackend):
         def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
             return True  # claims to store, keeps nothing
+
+        def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+            return self.upload_shard(shard)  # the same with a small file's xorbs
 
     backend = Forgetful(tmp_path / "data")
     with Uploader(backend, ShardCache(tmp_path / "cache", backend.cache_key)) as up:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tempfile
+from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 
@@ -39,6 +40,11 @@ class _RecordingStore(LocalStoreBackend):
     def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
         self.stored_chunks += verify_xorb(bytes(body)).chunk_hashes
         return super().upload_xorb(xorb_hex, body)
+
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+        for _, body in xorbs:
+            self.stored_chunks += verify_xorb(bytes(body)).chunk_hashes
+        return super().upload_xorbs_with_shard(xorbs, shard)
 
 
 def _chunks(data: bytes) -> list[bytes]:
