@@ -39,14 +39,36 @@ def children_cpu() -> float:
 
 
 def process_times(pid: int) -> tuple[float, float]:
-    """User and sys seconds a running process (all its threads) has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User and sys seconds a running process (all its threads) and its running descendants (a
+    server's workers) have used so far, from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+    user = sys_ = 0
+    for each in _process_tree(pid):
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # exited meanwhile
+            continue
+        user += int(fields[11])
+        sys_ += int(fields[12])
+    return user / tick, sys_ / tick
+
+
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants, from /proc/<pid>/task/<tid>/children."""
+    tree, todo = [], [pid]
+    while todo:
+        each = todo.pop()
+        tree.append(each)
+        for task in Path(f"/proc/{each}/task").glob("*/children"):
+            try:
+                todo += [int(child) for child in task.read_text().split()]
+            except FileNotFoundError:
+                continue
+    return tree
 
 
 def process_cpu(pid: int) -> float:
-    """User + sys seconds a running process (all its threads) has used so far."""
+    """User + sys seconds a running process and its running descendants have used so far."""
     return sum(process_times(pid))
 
 

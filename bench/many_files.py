@@ -2,7 +2,7 @@
 of 4-64 KiB, through git-xet into `git xet serve`, through git-xet into a local directory store,
 and through stock git-lfs `basic` to a plain LFS server, same files, same run.
 
-    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local] [--json OUT]
+    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local] [--server-workers 1] [--json OUT]
 
 Besides wall seconds, each phase reports the CPU seconds (user + sys) of the client (git and
 every process it started: git-lfs, the agents) and of the server process (none for the local
@@ -38,10 +38,10 @@ KIB = 1024
 
 
 @contextmanager
-def remote_for(tool: str, root: Path, genv: GitEnv) -> Iterator[int | None]:
+def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int = 1) -> Iterator[int | None]:
     """Configure `genv` for `tool`'s remote; yields the server's pid (None: no server)."""
     if tool == "git-xet":
-        with running_server(root / "server" / "data") as srv:
+        with running_server(root / "server" / "data", "--workers", str(server_workers)) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             yield srv.process.pid
@@ -69,14 +69,14 @@ PHASES = ("push", "clone")
 MEASURES = ("seconds", "client_cpu", "server_cpu")
 
 
-def run_tool(tool: str, root: Path, sources: list[Path]) -> dict[str, dict[str, float]]:
+def run_tool(tool: str, root: Path, sources: list[Path], server_workers: int = 1) -> dict[str, dict[str, float]]:
     genv = make_git_env(root)
     commands = {
         "push": (["git", "push", "-q", "origin", "main"], None),
         "clone": (["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root),
     }
     measured: dict[str, dict[str, float]] = {}
-    with remote_for(tool, root, genv) as server_pid:
+    with remote_for(tool, root, genv, server_workers) as server_pid:
         work = lfs_repo_with(genv, root, sources)
         for phase in PHASES:
             cmd, cwd = commands[phase]
@@ -102,7 +102,7 @@ def compile_bytecode() -> None:
     compileall.compile_dir(Path(git_xet.__file__).parent, quiet=1)
 
 
-def run(files: int, repeats: int, tools: tuple[str, ...]) -> dict:
+def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int = 1) -> dict:
     compile_bytecode()
     results: dict[str, list[dict[str, dict[str, float]]]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-files-") as tmp:
@@ -112,9 +112,9 @@ def run(files: int, repeats: int, tools: tuple[str, ...]) -> dict:
             order = tools if r % 2 == 0 else tuple(reversed(tools))
             for tool in order:
                 root = base / f"{tool}-{r}"
-                results[tool].append(run_tool(tool, root, sources))
+                results[tool].append(run_tool(tool, root, sources, server_workers))
                 shutil.rmtree(root, ignore_errors=True)
-    summary: dict = {"files": files, "repeats": repeats, "machine": machine(), "tools": {}}
+    summary: dict = {"files": files, "repeats": repeats, "server_workers": server_workers, "machine": machine(), "tools": {}}
     for tool, runs in results.items():
         summary["tools"][tool] = {phase: median([run[phase]["seconds"] for run in runs]) for phase in PHASES}
         summary["tools"][tool]["cpu"] = {
@@ -131,7 +131,8 @@ def run(files: int, repeats: int, tools: tuple[str, ...]) -> dict:
 
 
 def print_table(summary: dict) -> None:
-    print(f"{summary['files']} LFS files of 4-64 KiB, push and fresh clone, median of {summary['repeats']}; {summary['machine']}")
+    workers = summary.get("server_workers", 1)
+    print(f"{summary['files']} LFS files of 4-64 KiB, push and fresh clone, median of {summary['repeats']}; server workers: {workers}; {summary['machine']}")
     print(f"{'tool':<15}{'push s':>8}{'clone s':>9}{'push ratio':>12}{'clone ratio':>13}   CPU s, client + server: push / clone")
     for tool, m in summary["tools"].items():
         ratio = m.get("ratio", {})
@@ -146,12 +147,13 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--server-workers", type=int, default=1, help="git xet serve --workers")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)
     if unknown := set(tools) - set(TOOLS):
         parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
-    summary = run(args.files, args.repeats, tools)
+    summary = run(args.files, args.repeats, tools, args.server_workers)
     print_table(summary)
     write_json(args.json, summary)
     return 0

@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from starlette.applications import Starlette
+
 from ..storage.errors import StorageError
 from ..storage.objects import DirectoryObjectStore
 from .app import ServerConfig, create_app
@@ -83,6 +85,7 @@ def serve(
     index_url: str | None = None,
     secret_file: Path | None = None,
     objects: str | None = None,
+    workers: int = 1,
 ) -> int:
     import uvicorn
 
@@ -118,10 +121,6 @@ def serve(
     except (SecretError, StorageError) as exc:
         print(f"git-xet serve: {exc}", file=sys.stderr)
         return 1
-    if objects:
-        from .grants import start_upload_collector
-
-        start_upload_collector(app.state.cas.object_bucket)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every keep-alive request after the first waited ~45 ms for a delayed ACK.
@@ -136,14 +135,35 @@ def serve(
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     # The first line on stdout is the URL, for scripts and tests that start us with --port 0.
     print(f"http://{shown}:{bound}", flush=True)
-    server_config = uvicorn.Config(
-        app,
-        log_level=log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        http=guarded_protocol(limits.header_timeout, limits.max_header_bytes),
-        limit_concurrency=limits.max_connections,
-        timeout_keep_alive=5,
-    )
-    uvicorn.Server(server_config).run(sockets=[sock])
-    return 0
+
+    def serve_with(app: Starlette) -> None:
+        server_config = uvicorn.Config(
+            app,
+            log_level=log_level.lower(),
+            access_log=False,
+            timeout_graceful_shutdown=10,
+            http=guarded_protocol(limits.header_timeout, limits.max_header_bytes),
+            limit_concurrency=limits.max_connections,
+            timeout_keep_alive=5,
+        )
+        uvicorn.Server(server_config).run(sockets=[sock])
+
+    if workers == 1:
+        _collect_abandoned_uploads(app)
+        serve_with(app)
+        return 0
+    from .workers import run_workers
+
+    app.state.cas.store.close()  # checked above; each worker opens its own connections after the fork
+    # The collector's thread starts after the fork: a thread's locks must not be copied mid-use.
+    return run_workers(workers, lambda: serve_with(create_app(config)), after_fork=lambda: _collect_abandoned_uploads(app))
+
+
+def _collect_abandoned_uploads(app: Starlette) -> None:
+    """Staged grant uploads in a bucket are collected by one thread per server (its supervisor
+    when it has workers)."""
+    bucket = app.state.cas.object_bucket
+    if bucket is not None:
+        from .grants import start_upload_collector
+
+        start_upload_collector(bucket)
