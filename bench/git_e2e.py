@@ -46,12 +46,12 @@ def plain_lfs_server(data: Path) -> Iterator[tuple[str, RequestLog, int]]:
 
 
 @contextmanager
-def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None) -> Iterator[tuple[RequestLog, int]]:
+def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_workers: int = 1) -> Iterator[tuple[RequestLog, int]]:
     """Configure `genv` (global git config of a temp HOME) to push LFS objects with `tool`;
     with `agent_rss`, each agent's peak RSS is appended to that file. Yields the server's
     request log and process id."""
     if tool == "git-xet":
-        with running_server(root / "server" / "data") as srv:
+        with running_server(root / "server" / "data", "--workers", str(server_workers)) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             if agent_rss is not None:
@@ -64,7 +64,7 @@ def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None) -> Iterator
             yield log, pid
 
 
-def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, agent_rss: bool = False) -> dict:
+def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, agent_rss: bool = False, server_workers: int = 1) -> dict:
     """push, clone (unless clone=False) and push_v2 for one tool: {phase: measurements}.
 
     With agent_rss (git-xet only), agents run under a wrapper that records their peak RSS;
@@ -73,7 +73,7 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
     genv = make_git_env(root)
     env = genv.env
     rss_file = root / "agent-rss.txt" if agent_rss and tool == "git-xet" else None
-    with tool_remote(tool, root, genv, rss_file) as (log, server_pid):
+    with tool_remote(tool, root, genv, rss_file, server_workers) as (log, server_pid):
         work = lfs_repo_with(genv, root, sources)
         result: dict = {}
 
@@ -103,7 +103,7 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
     return result
 
 
-def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool) -> dict:
+def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool, server_workers: int = 1) -> dict:
     results: dict[str, list[dict]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
         base = Path(tmp)
@@ -115,9 +115,9 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_r
             order = tools if r % 2 == 0 else tuple(reversed(tools))
             for tool in order:
                 root = base / f"{tool}-{r}"
-                results[tool].append(run_tool(tool, root, sources, agent_rss=agent_rss))
+                results[tool].append(run_tool(tool, root, sources, agent_rss=agent_rss, server_workers=server_workers))
                 shutil.rmtree(root, ignore_errors=True)
-    summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "agent_rss": agent_rss, "machine": machine(), "tools": {}}
+    summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "agent_rss": agent_rss, "server_workers": server_workers, "machine": machine(), "tools": {}}
     for tool, runs in results.items():
         summary["tools"][tool] = {
             phase: {key: median([run[phase][key] for run in runs]) for key in PHASE_KEYS}
@@ -150,12 +150,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--agent-rss", action="store_true", help="record each agent's peak RSS (adds a wrapper process per agent)")
+    parser.add_argument("--server-workers", type=int, default=1, help="git xet serve --workers")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)
     if unknown := set(tools) - set(TOOLS):
         parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
-    summary = run(args.files, args.file_mib, args.repeats, tools, args.agent_rss)
+    summary = run(args.files, args.file_mib, args.repeats, tools, args.agent_rss, args.server_workers)
     print_table(summary)
     write_json(args.json, summary)
     return 0
