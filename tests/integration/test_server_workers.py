@@ -7,12 +7,14 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import secrets
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.retry import RetryPolicy
@@ -21,9 +23,11 @@ from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import run_git_xet
+from tests.support.postgres_process import Postgres
 from tests.support.server_process import RunningServer, running_server
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
+FILES = [random_bytes(3_000 + 997 * i, 600 + i) for i in range(48)]
 
 
 def _workers(server: RunningServer) -> list[int]:
@@ -51,8 +55,32 @@ def _wait_until(condition, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _push_and_read_back(server: RunningServer, files: list[bytes]) -> None:
+    """Eight clients pushing small files at once (as git-lfs's agents do), then each file read
+    back through a fresh client: every worker's writes are every worker's reads."""
+    token = server.token("write")
+
+    def push(share: list[int]) -> dict[int, str]:
+        backend = HttpCasBackend(server.url, StaticToken(token), policy=FAST_RETRY, bundles=True)
+        pushed = {}
+        with Uploader(backend, global_dedup=False) as up:
+            for i in share:
+                pushed[i] = up.add_bytes(files[i]).file_hex
+                up.finalize()
+        return pushed
+
+    file_hexes: dict[int, str] = {}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for share in [pool.submit(push, list(range(k, len(files), 8))) for k in range(8)]:
+            file_hexes.update(share.result(timeout=120))
+    reader = HttpCasBackend(server.url, StaticToken(server.token("read")), policy=FAST_RETRY)
+    for i, data in enumerate(files):
+        out = io.BytesIO()
+        download(reader, file_hexes[i], out, sha256_hex=hashlib.sha256(data).hexdigest())
+        assert out.getvalue() == data
+
+
 def test_workers_share_the_port_and_the_store(tmp_path: Path) -> None:
-    files = [random_bytes(3_000 + 997 * i, 600 + i) for i in range(48)]
     with running_server(tmp_path / "data", "--workers", "2") as server:
         workers = _workers(server)
         assert len(workers) == 2
@@ -65,32 +93,20 @@ def test_workers_share_the_port_and_the_store(tmp_path: Path) -> None:
                 break
         else:
             raise AssertionError("one worker served none of 3000 connections")
-        # Eight clients pushing small files at once (as git-lfs's agents do), then each file
-        # read back through a fresh client: every worker's writes are every worker's reads.
-        token = server.token("write")
-
-        def push(share: list[int]) -> dict[int, str]:
-            backend = HttpCasBackend(server.url, StaticToken(token), policy=FAST_RETRY, bundles=True)
-            pushed = {}
-            with Uploader(backend, global_dedup=False) as up:
-                for i in share:
-                    pushed[i] = up.add_bytes(files[i]).file_hex
-                    up.finalize()
-            return pushed
-
-        file_hexes: dict[int, str] = {}
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            for share in [pool.submit(push, list(range(k, len(files), 8))) for k in range(8)]:
-                file_hexes.update(share.result(timeout=120))
-        reader = HttpCasBackend(server.url, StaticToken(server.token("read")), policy=FAST_RETRY)
-        for i, data in enumerate(files):
-            out = io.BytesIO()
-            download(reader, file_hexes[i], out, sha256_hex=hashlib.sha256(data).hexdigest())
-            assert out.getvalue() == data
+        _push_and_read_back(server, FILES)
     # running_server's exit sent SIGTERM to the server: its workers stopped with it.
     assert server.process.returncode is not None
     for pid in workers:
         _wait_until(lambda pid=pid: not _alive(pid), 10, f"worker {pid} stopped")
+
+
+def test_workers_on_a_postgresql_index(tmp_path: Path, postgres: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker opens its own connections to the shared index after the fork."""
+    monkeypatch.setenv("GIT_XET_SERVER_SECRET", secrets.token_hex(32))  # the server's and `git xet token`'s
+    url = postgres.create_database(f"workers_{secrets.token_hex(4)}")
+    with running_server(tmp_path / "data", "--workers", "2", "--index", url) as server:
+        assert len(_workers(server)) == 2
+        _push_and_read_back(server, FILES)
 
 
 def test_a_worker_that_dies_stops_the_server(tmp_path: Path) -> None:
