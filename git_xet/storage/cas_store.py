@@ -138,16 +138,23 @@ class CasStore:
         # One writer of this xorb at a time, whatever the store's conditional create does; the
         # second finds what the first stored and indexed.
         with self.index.xorb_writer_lock(xorb_hex.lower()), self._full_disk_reported():
-            if self._is_stored(xorb_hex, key):
-                return False
-            if create is None:
-                created = self.objects.put_new(key, verified.body, verified.footer().serialize())
-            else:
-                created = create(key, verified)
+            created = self._created_unindexed(xorb_hex, key, verified, create)
             if created:
                 self._index_xorb(xorb_hex, verified)
-            else:
-                self._index_stored_xorb(xorb_hex, verified)
+        return created
+
+    def _created_unindexed(self, xorb_hex: str, key: str, verified: VerifiedXorb, create: Callable[[str, VerifiedXorb], bool] | None = None) -> bool:
+        """Under the xorb's writer lock: True if this call created the object, which its caller
+        then indexes; False if the xorb was stored already, or another writer created the
+        object first (indexed here, as what it stored)."""
+        if self._is_stored(xorb_hex, key):
+            return False
+        if create is None:
+            created = self.objects.put_new(key, verified.body, verified.footer().serialize())
+        else:
+            created = create(key, verified)
+        if not created:
+            self._index_stored_xorb(xorb_hex, verified)
         return created
 
     @staticmethod
@@ -183,14 +190,7 @@ class CasStore:
         key = self.xorb_key(xorb_hex)
         verified = self._verified(xorb_hex, lambda expected: verify_xorb(body, expected))
         with self.index.xorb_writer_lock(xorb_hex.lower()), self._full_disk_reported():
-            if self._is_stored(xorb_hex, key):
-                fresh = None
-            elif self.objects.put_new(key, verified.body, verified.footer().serialize()):
-                fresh = verified
-            else:
-                self._index_stored_xorb(xorb_hex, verified)
-                fresh = None
-            if fresh is None:
+            if not self._created_unindexed(xorb_hex, key, verified):
                 registration = self._checked_registration(shard_body, shard, repo, verify_sha256)
             else:
                 try:
