@@ -15,6 +15,8 @@ import os
 import time
 from pathlib import Path
 
+from .lineage import lfs_process_id
+
 LOG_NAME = "pushes.jsonl"
 _KEEP_BYTES = 256 * 1024  # the log is trimmed to its newest half beyond this
 
@@ -77,29 +79,12 @@ def describe(totals: PushTotals) -> str:
     return "; ".join(parts) or "nothing uploaded"
 
 
-def _lfs_process_id() -> str:
-    """The git-lfs process running this agent (through `sh -c`), with its start time so a
-    reused pid is a different push; the parent pid where /proc is not available."""
-    pid = os.getppid()
-    for _ in range(3):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return str(os.getppid())
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if name.startswith("git-lfs"):
-            return f"{pid}-{fields[19]}"  # field 22 of stat: start time
-        pid = int(fields[1])  # the parent's parent
-    return str(os.getppid())
-
-
 class PushSummary:
     """This agent's part of a push; `close` reports it and, if last, tells the user the sum."""
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / LOG_NAME
-        self.push = _lfs_process_id()
+        self.push = lfs_process_id() or str(os.getppid())  # without /proc: the parent's pid
         self.totals = PushTotals()
         self._registered = False
 

@@ -17,16 +17,15 @@ directory's lock.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
 
-log = logging.getLogger("git_xet.server")
+from ..processes import die_with_parent
 
-_PR_SET_PDEATHSIG = 1
+log = logging.getLogger("git_xet.server")
 
 
 def run_workers(count: int, serve_one: Callable[[], None], after_fork: Callable[[], None] | None = None) -> int:
@@ -70,7 +69,7 @@ def _worker(parent: int, serve_one: Callable[[], None]) -> int:
     """A worker's life: its exit status."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # uvicorn installs its own once serving
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    _die_with(parent)
+    die_with_parent(parent)
     try:
         serve_one()
     except SystemExit as exc:  # uvicorn's way of failing to start
@@ -82,20 +81,6 @@ def _worker(parent: int, serve_one: Callable[[], None]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     return 0
-
-
-def _die_with(parent: int) -> None:
-    """Have the kernel send this process SIGTERM when its parent dies (Linux; elsewhere a killed
-    parent's workers run on until stopped)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _describe(wait_status: int) -> str:

@@ -1,0 +1,25 @@
+"""Tying a forked process's life to its parent's (the server's workers, the agents' fork server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send this process `sig` when its parent (pid `parent`, the process that
+    forked it) dies. Linux only; elsewhere a killed parent's children run on until stopped."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), sig)
