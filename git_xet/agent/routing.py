@@ -78,6 +78,20 @@ def _bucket_backend(location: str) -> XetBackend:
         raise ConfigError(f"cannot use the XET store {location}: {exc.message}") from None
 
 
+_HTTP_CLIENT = ("git_xet.client.http_backend", "git_xet.client.tokens", "git_xet.client.lfs_batch", "encodings.idna")
+_LOCAL_CLIENT = ("git_xet.client.location", "git_xet.client.local_backend")
+
+
+def client_modules() -> tuple[str, ...]:
+    """The modules the router's lazy imports below load for this repository's store (bucket
+    stores' botocore aside): what fork_server.py imports once, ahead of all of a command's agents.
+    (encodings.idna: the socket module's, for the first connection's host name.)"""
+    if configured_endpoint() is None:  # a remote that negotiates XET, or the Hub's: HTTP
+        return _HTTP_CLIENT
+    kind = standalone_target().kind
+    return _HTTP_CLIENT if kind == "http" else _LOCAL_CLIENT if kind == "local" else ()
+
+
 class StoreRouter:
     """Chooses the store for each transfer request; holds one backend per store."""
 

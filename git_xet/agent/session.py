@@ -20,7 +20,7 @@ from ..fsutil import atomic_output
 from .endpoints import git_common_dir, git_config
 from .progress import Progress
 from .protocol import Transfer
-from .routing import StoreRouter
+from .routing import StoreRouter, client_modules
 from .summary import PushSummary
 from .terminal import tell
 
@@ -55,6 +55,18 @@ def _sha256_of_file(path: str) -> str:
         while block := handle.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+def prepare(operation: str) -> None:
+    """Import and read, ahead of a first object of `operation`, what it would: the operation's
+    pipeline, the store's client code, git's configuration and the repository's directory (all
+    cached for the process). Nothing that holds a connection, a thread or an open database:
+    the fork server runs this once, then forks a worker per agent from it (fork_server.py)."""
+    __import__("git_xet.memory")
+    __import__("git_xet.pipelines.upload" if operation == "upload" else "git_xet.pipelines.download")
+    for module in client_modules():
+        __import__(module)
+    git_common_dir()
 
 
 class AgentSession:

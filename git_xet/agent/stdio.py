@@ -30,3 +30,41 @@ class ProtocolOut:
         with self._lock:
             self._out.write(line + "\n")
             self._out.flush()
+
+    def fileno(self) -> int:
+        """The real stdout (fd 1 itself now points at stderr)."""
+        return self._out.fileno()
+
+    def close(self) -> None:
+        """Close the private descriptor (a fork server's copy of the agent that started it)."""
+        self._out.close()
+
+
+class InputLines:
+    """Lines of a descriptor (git-lfs's requests on stdin), read unbuffered beyond what they
+    need, so that the bytes not yet consumed are known (`unread`) and another process handed
+    the descriptor can carry on from them (fork_server.py). `pending` are bytes read before."""
+
+    def __init__(self, fd: int, pending: bytes = b"") -> None:
+        self._fd = fd
+        self._buffer = pending
+
+    def unread(self) -> bytes:
+        return self._buffer
+
+    def __iter__(self) -> InputLines:
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line, self._buffer = self._buffer[: end + 1], self._buffer[end + 1 :]
+                return line.decode("utf-8", "replace")
+            block = os.read(self._fd, 65536)
+            if not block:
+                if not self._buffer:
+                    raise StopIteration
+                line, self._buffer = self._buffer, b""
+                return line.decode("utf-8", "replace")
+            self._buffer += block

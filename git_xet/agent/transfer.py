@@ -12,11 +12,12 @@ import sys
 
 from . import protocol
 from .progress import Progress
-from .stdio import ProtocolOut
+from .stdio import InputLines, ProtocolOut
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms per agent start
 if TYPE_CHECKING:
     import logging
+    from collections.abc import Iterable
 
 
 def _setup_logging() -> logging.Logger:
@@ -66,6 +67,9 @@ def _collect_from_now_on() -> None:
 
 
 def run(stdin=None) -> int:
+    """Serve git-lfs on `stdin` (an iterable of lines; the process's stdin when None). Once
+    `init` is answered, an agent reading its real stdin hands its objects to a worker from the
+    git-lfs process's fork server when one serves it (handover.py), else serves them here."""
     # Start-up (imports, the first object's session) creates ~10^5 objects that live as long as
     # the process. With the cyclic collector on, collections that free nothing traverse them
     # again and again, and once more at exit: ~20% of an agent's CPU to its first `complete`,
@@ -73,38 +77,74 @@ def run(stdin=None) -> int:
     # has been handled (whatever its outcome), then `_collect_from_now_on`.
     gc.disable()
     out = ProtocolOut()
-    stdin = stdin or sys.stdin
-    session = None
-    remote = None
-    initialized = False
-    log = None  # logging (~10 ms of imports) is set up after the `init` answer
-    for raw in stdin:
+    lines = InputLines(0) if stdin is None else stdin
+    init = _answer_init(lines, out)
+    if not isinstance(init, protocol.Init):
+        return init
+    if isinstance(lines, InputLines):
+        from .handover import hand_over
+
+        handed = hand_over(init, lines, out, serve, _prepare)
+        if handed is not None:
+            return handed
+    return serve(lines, out, init.remote)
+
+
+def _prepare(operation: str) -> None:
+    """The fork server's start (session.prepare), imported there only."""
+    from .session import prepare
+
+    prepare(operation)
+
+
+def _answer_init(lines: Iterable[str], out: ProtocolOut) -> protocol.Init | int:
+    """Read up to `init` and answer it; the exit status instead when the agent must stop
+    (terminate before init: 0; a bad first request: 1, after telling git-lfs why)."""
+    for raw in lines:
         line = raw.strip()
         if not line:
             continue
         try:
             req = protocol.parse_request(line)
-            if not initialized and not isinstance(req, (protocol.Init, protocol.Terminate)):
+            if not isinstance(req, (protocol.Init, protocol.Terminate)):
                 raise protocol.ProtocolError("the first request must be init")
+        except protocol.ProtocolError as exc:
+            _setup_logging().warning("bad request: %s", exc)
+            # git-lfs waits for the answer to init before anything else: refuse it (git-lfs
+            # shows the message and stops this agent) rather than leave it waiting.
+            out.send(protocol.init_error(f"git-xet: {exc}"))
+            return 1
+        if isinstance(req, protocol.Terminate):
+            return 0
+        out.send(protocol.init_ok())
+        return req
+    return 0
+
+
+def serve(lines: Iterable[str], out: ProtocolOut, remote: str | None) -> int:
+    """Serve the requests after `init` until terminate (or the end of input)."""
+    session = None
+    log = None  # logging (~10 ms of imports) is set up with the first request
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            req = protocol.parse_request(line)
         except protocol.ProtocolError as exc:
             log = log or _setup_logging()
             log.warning("bad request: %s", exc)
-            if not initialized:
-                # git-lfs waits for the answer to init before anything else: refuse it (git-lfs
-                # shows the message and stops this agent) rather than leave it waiting.
-                out.send(protocol.init_error(f"git-xet: {exc}"))
-                return 1
             if exc.oid:
                 out.send(protocol.complete_error(exc.oid, f"git-xet: {exc}", protocol.ERR_BAD_REQUEST))
             continue
-        if isinstance(req, protocol.Init):
+        if isinstance(req, protocol.Init):  # again: answered as the first was
             out.send(protocol.init_ok())
             remote = req.remote
-            initialized = True
             continue
         if isinstance(req, protocol.Terminate):
             break
         log = log or _setup_logging()
+
         # Report the first byte before importing the pipelines: git-lfs holds its other workers
         # until worker 0 shows progress.
         def report(so_far: int, since: int, oid: str = req.oid) -> None:  # this object's oid, bound now

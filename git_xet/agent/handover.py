@@ -1,0 +1,150 @@
+"""One start-up for all of a command's agents: a fork server imports the transfer code once,
+and each agent's objects are served by a worker forked from it. This is the agents' side; the
+server's is fork_server.py.
+
+Why: git-lfs starts `lfs.concurrenttransfers` agents (8 by default) for each push or clone, one
+after another, and sends none of them an object before all have answered `init`. Each agent
+then imported the transfer stack and ran git twice before its first object: ~150 ms of CPU
+each on a 2-core machine, eight times per command, before anything moved. A worker forked
+from a process that did it once starts in a few milliseconds and shares those pages.
+
+How:
+- After answering `init`, an agent binds an abstract socket named after its git-lfs process
+  (lineage.py), its uid and the operation. The agent that succeeds forks the fork server, which
+  lets go of the agent's descriptors, runs `prepare` (imports, git's configuration) and accepts.
+- Each agent (that one too) connects, checks that the server runs as its own uid, and sends its
+  identity (environment, directory, command line, interpreter, `init`), its unread input, and
+  its stdin, stdout and stderr. The server serves only an agent of its own uid whose identity
+  is the one of the agent it was forked from, so the worker is what the agent would have been;
+  and it forks only once the agent commits, so an agent that gave up waiting never shares its
+  stdin with a worker.
+- The worker takes the descriptors, adopts the agent's git-lfs id, serves (transfer.serve) and
+  sends its exit status, which the agent exits with. It dies with the agent (git-lfs kills an
+  agent that outlives `terminate` by 30 s).
+- An agent that finds no server, is refused, or waits past HANDOVER_WAIT serves its objects
+  itself, as it always did. The server stops when the agent that forked it is done (that agent
+  then waits for it, and it for its workers), dies with it if it is killed, and stops taking
+  requests after IDLE_EXIT seconds without one.
+Linux only (abstract sockets, /proc, SO_PEERCRED); elsewhere, with no git-lfs process above the
+agent, or with GIT_XET_FORK_SERVER=0, each agent serves itself.
+
+The agent's side imports only C modules (_socket, marshal, _struct): socket.py would import
+enum, ~10 ms per agent.
+"""
+
+from __future__ import annotations
+
+import _socket
+import marshal
+import os
+import sys
+from _struct import Struct
+
+from .lineage import lfs_process_id
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms per agent start
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from .protocol import Init
+    from .stdio import InputLines, ProtocolOut
+
+    Serve = Callable[[Iterable[str], ProtocolOut, "str | None"], int]
+    Prepare = Callable[[str], None]
+
+HANDOVER_WAIT = 10.0  # seconds an agent waits for the server's answer before serving itself
+IDLE_EXIT = 60.0  # seconds without a request after which the server exits
+MAX_REQUEST = 1 << 20
+FORMAT = 1  # of the request; a server of another git-xet refuses a request it cannot read
+_CREDENTIALS = Struct("3i")  # struct ucred: pid, uid, gid
+STDIO = Struct("3i")  # stdin, stdout (ProtocolOut's: fd 1 is stderr's copy), stderr, as SCM_RIGHTS carries them
+
+# The server's and the worker's answers to an agent; the agent's commitment.
+READY, REFUSED, GO, STARTED, STATUS = b"R", b"N", b"G", b"W", b"S"
+
+
+def identity(init: Init) -> tuple:
+    """What must be equal for a worker forked from one agent's server to serve another agent."""
+    return (sys.executable, tuple(sys.argv), os.getcwd(), tuple(sorted(os.environ.items())), init.operation, init.remote, init.concurrent_transfers)
+
+
+def address(lfs_process: str, operation: str) -> bytes:
+    return f"\0git-xet-agents/{os.getuid()}/{lfs_process}/{operation}".encode()
+
+
+def peer_uid(sock: _socket.socket) -> int:
+    return _CREDENTIALS.unpack(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _CREDENTIALS.size))[1]
+
+
+def hand_over(init: Init, lines: InputLines, out: ProtocolOut, serve: Serve, prepare: Prepare) -> int | None:
+    """Have a worker of this command's fork server serve this agent (starting the server if no
+    agent has); the worker's exit status, or None when this agent must serve itself."""
+    if not sys.platform.startswith("linux") or os.environ.get("GIT_XET_FORK_SERVER") == "0":
+        return None
+    lfs_process = lfs_process_id()
+    if lfs_process is None:
+        return None
+    where = address(lfs_process, init.operation)
+    server = _start_server(where, init, out, serve, prepare)
+    try:
+        return _handed(where, lfs_process, init, lines, out)
+    finally:
+        if server:
+            _stop_server(server)
+
+
+def _start_server(where: bytes, init: Init, out: ProtocolOut, serve: Serve, prepare: Prepare) -> int | None:
+    """Fork the server if no agent of this command has (the socket's name is free): its pid."""
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    try:
+        listener.bind(where)
+        listener.listen(64)
+    except OSError:  # taken: another agent's server (or it cannot be had: each agent serves itself)
+        listener.close()
+        return None
+    parent = os.getpid()
+    pid = os.fork()  # the agent has no thread yet: nothing is forked mid-operation
+    if pid == 0:
+        try:
+            from .fork_server import run_server
+
+            run_server(listener, parent, init, out, serve, prepare)
+        finally:
+            os._exit(0)
+    listener.close()
+    return pid
+
+
+def _stop_server(pid: int) -> None:
+    """Tell the server this command is done, and wait for it: it waits for its workers, so
+    their CPU time counts as this agent's children's (as an agent's own would)."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: ProtocolOut) -> int | None:
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    try:
+        conn.settimeout(HANDOVER_WAIT)
+        conn.connect(where)
+        if peer_uid(conn) != os.getuid():
+            return None
+        request = marshal.dumps((FORMAT, identity(init), lfs_process, lines.unread()))
+        conn.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, STDIO.pack(0, out.fileno(), 2))])
+        if conn.recv(16) != READY:
+            return None
+        conn.sendall(GO)
+        conn.settimeout(None)  # committed: the worker has our stdin now, or never will
+        if conn.recv(16) != STARTED:  # no worker (the server died first): nothing was read
+            return None
+        answer = conn.recv(16)
+        return answer[1] if len(answer) == 2 and answer[:1] == STATUS else 1
+    except OSError:  # no server, refused, gone, or too slow
+        return None
+    finally:
+        conn.close()
