@@ -17,7 +17,7 @@ _LINES = st.lists(st.text(alphabet=st.characters(blacklist_characters="\n", blac
 def _write_in_pieces(fd: int, data: bytes, cuts: list[int]) -> threading.Thread:
     def write() -> None:
         at = 0
-        for cut in sorted({c % (len(data) + 1) for c in cuts}) + [len(data)]:
+        for cut in [*sorted({c % (len(data) + 1) for c in cuts}), len(data)]:
             os.write(fd, data[at:cut])
             at = cut
         os.close(fd)
