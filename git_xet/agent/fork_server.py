@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from .handover import Prepare, Serve
 
 
-class _Stop(Exception):
-    """SIGTERM from the agent that forked the server: it is done."""
+class _Stop(BaseException):
+    """SIGTERM from the agent that forked the server: it is done. (Not an Exception: nothing
+    that catches those, `prepare` included, may swallow it.)"""
 
 
 def _stop(signum: int, frame: object) -> None:

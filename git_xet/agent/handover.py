@@ -76,20 +76,21 @@ def peer_uid(sock: _socket.socket) -> int:
     return _CREDENTIALS.unpack(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _CREDENTIALS.size))[1]
 
 
-def hand_over(init: Init, lines: InputLines, out: ProtocolOut, serve: Serve, prepare: Prepare) -> int | None:
-    """Have a worker of this command's fork server serve this agent (starting the server if no
-    agent has); the worker's exit status, or None when this agent must serve itself."""
+def serve_handed_over(init: Init, lines: InputLines, out: ProtocolOut, serve: Serve, prepare: Prepare) -> int:
+    """Serve this agent's objects: by a worker of this command's fork server (started here if
+    no agent has started it) when one takes them, else here, with `serve`. The exit status."""
     if not sys.platform.startswith("linux") or os.environ.get("GIT_XET_FORK_SERVER") == "0":
-        return None
+        return serve(lines, out, init.remote)
     lfs_process = lfs_process_id()
     if lfs_process is None:
-        return None
+        return serve(lines, out, init.remote)
     where = address(lfs_process, init.operation)
     server = _start_server(where, init, out, serve, prepare)
     try:
-        return _handed(where, lfs_process, init, lines, out)
+        status = _handed(where, lfs_process, init, lines, out)
+        return serve(lines, out, init.remote) if status is None else status
     finally:
-        if server:
+        if server:  # only once this agent is done: the server's other workers may serve on
             _stop_server(server)
 
 
@@ -128,7 +129,9 @@ def _stop_server(pid: int) -> None:
 
 
 def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: ProtocolOut) -> int | None:
+    """The exit status of the worker that served this agent; None if none did (nor read its stdin)."""
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    started = False
     try:
         conn.settimeout(HANDOVER_WAIT)
         conn.connect(where)
@@ -142,9 +145,10 @@ def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: 
         conn.settimeout(None)  # committed: the worker has our stdin now, or never will
         if conn.recv(16) != STARTED:  # no worker (the server died first): nothing was read
             return None
+        started = True
         answer = conn.recv(16)
         return answer[1] if len(answer) == 2 and answer[:1] == STATUS else 1
-    except OSError:  # no server, refused, gone, or too slow
-        return None
+    except OSError:  # before a worker started: no server, refused, gone, or too slow
+        return 1 if started else None
     finally:
         conn.close()

@@ -82,11 +82,9 @@ def run(stdin=None) -> int:
     if not isinstance(init, protocol.Init):
         return init
     if isinstance(lines, InputLines):
-        from .handover import hand_over
+        from .handover import serve_handed_over
 
-        handed = hand_over(init, lines, out, serve, _prepare)
-        if handed is not None:
-            return handed
+        return serve_handed_over(init, lines, out, serve, _prepare)
     return serve(lines, out, init.remote)
 
 
