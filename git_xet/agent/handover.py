@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     Prepare = Callable[[str], None]
 
 HANDOVER_WAIT = 10.0  # seconds an agent waits for the server's answer before serving itself
-IDLE_EXIT = 60.0  # seconds without a request after which the server exits
+IDLE_EXIT = 60.0  # seconds without a request after which the server takes no more (and ends with its workers)
 MAX_REQUEST = 1 << 20
 FORMAT = 1  # of the request; a server of another git-xet refuses a request it cannot read
 _CREDENTIALS = Struct("3i")  # struct ucred: pid, uid, gid

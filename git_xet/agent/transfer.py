@@ -17,7 +17,7 @@ from .stdio import InputLines, ProtocolOut
 TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms per agent start
 if TYPE_CHECKING:
     import logging
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 
 def _setup_logging() -> logging.Logger:
@@ -77,7 +77,7 @@ def run(stdin=None) -> int:
     # has been handled (whatever its outcome), then `_collect_from_now_on`.
     gc.disable()
     out = ProtocolOut()
-    lines = InputLines(0) if stdin is None else stdin
+    lines = InputLines(0) if stdin is None else iter(stdin)  # one pass: init, then what follows
     init = _answer_init(lines, out)
     if not isinstance(init, protocol.Init):
         return init
@@ -95,13 +95,18 @@ def _prepare(operation: str) -> None:
     prepare(operation)
 
 
+def _requests(lines: Iterable[str]) -> Iterator[str]:
+    """The non-blank lines, stripped, taken from `lines` one at a time as they are asked for."""
+    for raw in lines:
+        line = raw.strip()
+        if line:
+            yield line
+
+
 def _answer_init(lines: Iterable[str], out: ProtocolOut) -> protocol.Init | int:
     """Read up to `init` and answer it; the exit status instead when the agent must stop
     (terminate before init: 0; a bad first request: 1, after telling git-lfs why)."""
-    for raw in lines:
-        line = raw.strip()
-        if not line:
-            continue
+    for line in _requests(lines):
         try:
             req = protocol.parse_request(line)
             if not isinstance(req, (protocol.Init, protocol.Terminate)):
@@ -123,10 +128,7 @@ def serve(lines: Iterable[str], out: ProtocolOut, remote: str | None) -> int:
     """Serve the requests after `init` until terminate (or the end of input)."""
     session = None
     log = None  # logging (~10 ms of imports) is set up with the first request
-    for raw in lines:
-        line = raw.strip()
-        if not line:
-            continue
+    for line in _requests(lines):
         try:
             req = protocol.parse_request(line)
         except protocol.ProtocolError as exc:
