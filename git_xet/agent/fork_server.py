@@ -29,13 +29,11 @@ if TYPE_CHECKING:
     from .handover import Prepare, Serve
 
 
-class _Stop(BaseException):
-    """SIGTERM from the agent that forked the server: it is done. (Not an Exception: nothing
-    that catches those, `prepare` included, may swallow it.)"""
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise _Stop
+def _stop(signum: int, frame: object) -> NoReturn:
+    """SIGTERM from the agent that forked the server: it is done. SystemExit, not an Exception,
+    so that nothing catching those (around `prepare`) swallows it; run_server's `finally` still
+    waits for the workers."""
+    raise SystemExit(0)
 
 
 def run_server(listener: _socket.socket, agent: int, init: Init, out: ProtocolOut, serve: Serve, prepare: Prepare) -> None:
@@ -65,8 +63,6 @@ def run_server(listener: _socket.socket, agent: int, init: Init, out: ProtocolOu
                 return
             with conn:
                 _answer(conn, server, own, init.remote, serve)
-    except _Stop:
-        return
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         server.close()

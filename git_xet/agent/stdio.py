@@ -41,9 +41,9 @@ class ProtocolOut:
 
 
 class InputLines:
-    """Lines of a descriptor (git-lfs's requests on stdin), read unbuffered beyond what they
-    need, so that the bytes not yet consumed are known (`unread`) and another process handed
-    the descriptor can carry on from them (fork_server.py). `pending` are bytes read before."""
+    """Lines of a descriptor (git-lfs's requests on stdin), read with os.read and split here,
+    so that the bytes read but not yet consumed are known (`unread`) and a process handed the
+    descriptor can carry on from them (handover.py). `pending`: bytes read before, elsewhere."""
 
     def __init__(self, fd: int, pending: bytes = b"") -> None:
         self._fd = fd
