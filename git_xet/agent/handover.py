@@ -4,9 +4,10 @@ server's is fork_server.py.
 
 Why: git-lfs starts `lfs.concurrenttransfers` agents (8 by default) for each push or clone, one
 after another, and sends none of them an object before all have answered `init`. Each agent
-then imported the transfer stack and ran git twice before its first object: ~150 ms of CPU
-each on a 2-core machine, eight times per command, before anything moved. A worker forked
-from a process that did it once starts in a few milliseconds and shares those pages.
+then imported the transfer stack and ran git twice before its first object: ~180 ms of CPU
+each on a 2-core machine (`bench/per_object.py --objects 1`), eight times per command, before
+anything moved. A worker forked from a process that did it once starts in a few milliseconds
+and shares those pages.
 
 How:
 - After answering `init`, an agent binds an abstract socket named after its git-lfs process
