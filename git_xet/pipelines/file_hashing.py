@@ -10,14 +10,13 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-import queue
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from ..core.chunking import Chunker
 from ..core.hashes import XetHash, chunk_hash, file_hash
+from ..readahead import readahead
 
 SCAN_BLOCK = 4 * 1024 * 1024
 _QUEUE_DEPTH = 4  # blocks scanned ahead of the consumer: bounds the mapped pages resident
@@ -56,45 +55,22 @@ def iter_chunk_ends(view: memoryview, *, sha256_hasher: hashlib._Hash | None = N
         if last is not None:
             yield last
         return
-    ends: queue.Queue[list[int] | BaseException | None] = queue.Queue(_QUEUE_DEPTH)
-    stop = threading.Event()
 
-    def produce() -> None:
-        try:
-            chunker = Chunker()
-            for start in range(0, len(view), block_size):
-                if stop.is_set():
-                    return
-                block = view[start : start + block_size]
-                found = chunker.feed(block)
-                if sha256_hasher is not None:
-                    sha256_hasher.update(block)
-                if found:
-                    ends.put(found)
-            last = chunker.finish()
-            ends.put([last] if last is not None else [])
-            ends.put(None)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-            ends.put(exc)
+    def scan() -> Iterator[list[int]]:
+        chunker = Chunker()
+        for start in range(0, len(view), block_size):
+            block = view[start : start + block_size]
+            found = chunker.feed(block)
+            if sha256_hasher is not None:
+                sha256_hasher.update(block)
+            if found:
+                yield found
+        last = chunker.finish()
+        if last is not None:
+            yield [last]
 
-    worker = threading.Thread(target=produce, name="git-xet-chunk-scan", daemon=True)
-    worker.start()
-    try:
-        while True:
-            item = ends.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield from item
-    finally:
-        stop.set()
-        while worker.is_alive():  # drain so a blocked producer can see `stop`
-            try:
-                ends.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        worker.join()
+    for found in readahead(scan(), _QUEUE_DEPTH, "git-xet-chunk-scan"):
+        yield from found
 
 
 class MappedFile:

@@ -38,10 +38,16 @@ from ..core.xorb import VerifiedXorb, XorbLayout, decode_chunk, parse_chunk_reco
 from .errors import Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
 from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, NewXorb, ShardRegistration, StoredFile, open_index
 from .objects import DirectoryObjectStore, ObjectStore
+from ..readahead import readahead
 from .work_budget import check_reference_budget
 
 # How often (in bytes of file content) a sha256 verification reports progress.
 PROGRESS_STEP = 8 * 1024 * 1024
+# A sha256 verification of a file larger than this reads ahead in a thread (see _sha256_of),
+# at most this many pieces (objects.read_piece bytes each) ahead. A smaller file costs less to
+# hash than a thread to start.
+READ_AHEAD_ABOVE = 4 * 1024 * 1024
+READ_AHEAD_PIECES = 4
 
 log = logging.getLogger("git_xet.storage")
 # Chunks a shard's files may reference in all: 512 GiB of file data at the 64 KiB average chunk.
@@ -343,18 +349,29 @@ class CasStore:
         if hashes.file_hash(all_hashes, all_sizes) != info.file_hash:
             raise Rejected(f"file {name}: its hash does not match the chunks it references")
 
-    def _sha256_of(self, stored: StoredFile, progress: Callable[[int], None] | None, fresh: Mapping[bytes, VerifiedXorb]) -> str:
-        """The sha256 of a registered-to-be file, computed from the stored chunks.
+    def _sha256_of(
+        self, stored: StoredFile, progress: Callable[[int], None] | None, fresh: Mapping[bytes, VerifiedXorb], layouts: Mapping[bytes, XorbLayout]
+    ) -> str:
+        """The sha256 of a registered-to-be file, computed from the stored chunks (`layouts`:
+        of every xorb it references).
 
         The chunks are not hashed again on this pass (BLAKE3 over every byte of every push):
         each was verified when its xorb was stored, and a byte changed since then changes the
         sha256 too, so the claim is refused either way; register_shard then re-reads the file
-        with verification, to blame the store rather than the claim when the store is at fault."""
+        with verification, to blame the store rather than the claim when the store is at fault.
+
+        A large file is read a few pieces ahead, in a thread of its own: the client waits for
+        this pass (after its last xorb, before its `complete`), and reads and sha256 both
+        release the GIL, so it then takes about as long as the sha256 alone."""
         digest = hashlib.sha256()
+        pieces = self._file_pieces(stored, False, fresh, layouts)
+        if stored.size > READ_AHEAD_ABOVE:
+            pieces = readahead(pieces, READ_AHEAD_PIECES, "git-xet-sha256-read")
         since = 0
-        for chunk in self.iter_file_bytes(stored, verify=False, fresh=fresh):
-            digest.update(chunk)
-            since += len(chunk)
+        for piece in pieces:
+            for chunk in piece:
+                digest.update(chunk)
+                since += len(chunk)
             if progress is not None and since >= PROGRESS_STEP:
                 progress(since)
                 since = 0
@@ -440,7 +457,7 @@ class CasStore:
                 progress(done, total)
 
         for stored, claim in to_verify:
-            actual = self._sha256_of(stored, advance, fresh)
+            actual = self._sha256_of(stored, advance, fresh, layouts)
             if actual != claim:
                 for _ in self.iter_file_bytes(stored, fresh=fresh):  # Damaged if the stored bytes are at fault
                     pass
@@ -499,15 +516,27 @@ class CasStore:
         read_piece bytes, never whole: a 64 MiB read is a fresh allocation every time (the
         allocator maps and unmaps blocks that large, and each page faults in again). Xorbs in
         `fresh` (verified, not indexed yet) are read from their verified bodies."""
+        for piece in self._file_pieces(stored, verify, fresh):
+            yield from piece
+
+    def _file_pieces(
+        self, stored: StoredFile, verify: bool, fresh: Mapping[bytes, VerifiedXorb] | None, layouts: Mapping[bytes, XorbLayout] | None = None
+    ) -> Iterator[list[bytes | memoryview]]:
+        """iter_file_bytes's chunks, a list per piece read. `layouts` (by xorb hash): those of
+        the file's xorbs, when the caller has them (otherwise each is read from the index)."""
         for term in stored.terms:
             xorb_hex = hashes.hash_to_hex(term.xorb_hash)
             in_memory = fresh.get(term.xorb_hash) if fresh else None
-            layout = in_memory.layout() if in_memory is not None else self.xorb_layout(xorb_hex)
+            if in_memory is not None:
+                layout: XorbLayout | None = in_memory.layout()
+            else:
+                layout = layouts.get(term.xorb_hash) if layouts is not None else self.xorb_layout(xorb_hex)
             if layout is None:
                 raise Damaged(f"xorb {xorb_hex} of file {stored.file_hex} is missing")
             for first, stop in _read_pieces(layout, term.chunk_start, term.chunk_end, self.objects.read_piece):
                 start, end = layout.byte_range(first, stop)
                 data = in_memory.body[start : end + 1] if in_memory is not None else self.read_xorb_range(xorb_hex, start, end)
+                chunks: list[bytes | memoryview] = []
                 try:
                     records, _ = parse_chunk_records(data)
                     if len(records) != stop - first:
@@ -516,9 +545,10 @@ class CasStore:
                         chunk = decode_chunk(data, record)
                         if verify and hashes.chunk_hash(chunk) != layout.chunk_hashes[index]:
                             raise FormatError(f"chunk {index} does not hash to the index's chunk hash")
-                        yield chunk
+                        chunks.append(chunk)
                 except FormatError as exc:  # the stored bytes are not what was verified and indexed
                     raise Damaged(f"xorb {xorb_hex} is damaged on disk ({exc})") from None
+                yield chunks
 
     def file_by_sha256(self, oid: str, repo: str = DEFAULT_REPO) -> StoredFile | None:
         """The XET file that this Git LFS oid (sha256) names in `repo`, if any."""

@@ -1,11 +1,14 @@
 """register_shard with verify_sha256 (the server's way): the claimed sha256 of each new file is
 checked against the stored bytes. That pass does not hash the chunks again, so when the check
 fails the store must still tell a wrong claim (Rejected) from stored bytes damaged since their
-xorb was verified (Damaged), and register nothing either way."""
+xorb was verified (Damaged), and register nothing either way. Files larger than
+READ_AHEAD_ABOVE are read in a thread of their own: the same holds for them, and the thread is
+gone once register_shard returns or raises."""
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from git_xet.core import hashes, shard
 from git_xet.core.compression import CompressionScheme
 from git_xet.core.xorb import verify_xorb
 from git_xet.pipelines.file_hashing import hash_bytes
-from git_xet.storage.cas_store import CasStore
+from git_xet.storage.cas_store import READ_AHEAD_ABOVE, CasStore
 from git_xet.storage.errors import Damaged, Rejected
 from tests.support.datagen import random_bytes
 from tests.support.objects import encoded_xorb, single_xorb
@@ -33,8 +36,15 @@ def _stored(store: CasStore, data: bytes, claim: bytes | None = None) -> tuple[b
     return shard.serialize_shard(shard.Shard((info,)), with_footer=False), store.xorb_key(xorb_hex)
 
 
-@settings(max_examples=10, deadline=None)
-@given(size=st.integers(1, 300_000), seed=st.integers(0, 2**32), where=st.floats(0, 1, exclude_max=True))
+SMALL_OR_READ_AHEAD = st.one_of(st.integers(1, 300_000), st.integers(READ_AHEAD_ABOVE + 1, READ_AHEAD_ABOVE + 3_000_000))
+
+
+def _no_reader_thread() -> bool:
+    return not any(t.name == "git-xet-sha256-read" for t in threading.enumerate())
+
+
+@settings(max_examples=12, deadline=None)
+@given(size=SMALL_OR_READ_AHEAD, seed=st.integers(0, 2**32), where=st.floats(0, 1, exclude_max=True))
 def test_damage_is_told_from_a_wrong_claim(tmp_path_factory: pytest.TempPathFactory, size: int, seed: int, where: float) -> None:
     store = CasStore(tmp_path_factory.mktemp("store"))
     try:
@@ -44,6 +54,7 @@ def test_damage_is_told_from_a_wrong_claim(tmp_path_factory: pytest.TempPathFact
         wrong, _ = _stored(store, data, claim=hashlib.sha256(data + b"!").digest())
         with pytest.raises(Rejected, match="does not match its content"):
             store.register_shard(wrong, verify_sha256=True)
+        assert _no_reader_thread()
         # A byte of the stored object's data flipped after the xorb was verified: the store is blamed.
         stored = bytearray(store.objects.read(key))
         payload_start = 8  # the first chunk's header; a random chunk is stored raw after it
@@ -51,18 +62,21 @@ def test_damage_is_told_from_a_wrong_claim(tmp_path_factory: pytest.TempPathFact
         store.objects.put(key, bytes(stored))  # in place of the object, wherever the store keeps it
         with pytest.raises(Damaged, match="damaged"):
             store.register_shard(body, verify_sha256=True)
+        assert _no_reader_thread()
         assert store.stats()["files"] == 0 and store.stats()["repo_oids"] == 0
     finally:
         store.close()
 
 
-def test_intact_bytes_and_a_right_claim_register(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [200_000, 3 * READ_AHEAD_ABOVE])
+def test_intact_bytes_and_a_right_claim_register(tmp_path: Path, size: int) -> None:
     store = CasStore(tmp_path / "store")
     try:
-        data = random_bytes(200_000, 7)
+        data = random_bytes(size, 7)
         body, _ = _stored(store, data)
         assert store.register_shard(body, verify_sha256=True)
         assert store.file_by_sha256(hashlib.sha256(data).hexdigest()) is not None
+        assert _no_reader_thread()
     finally:
         store.close()
 
