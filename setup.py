@@ -1,4 +1,4 @@
-"""Build hook for the optional C extensions (chunking, CRC-64, BG4 predictor counts).
+"""Build hook for the optional C extensions (chunking, CRC-64, BG4 predictor counts, merkle node texts).
 
 Everything else lives in pyproject.toml. The extension is optional: when no C compiler is
 available the build still succeeds and git_xet falls back to its pure-Python chunker (with a
@@ -34,6 +34,7 @@ setup(
         ),
         Extension("git_xet.core._crc64", sources=["git_xet/core/_crc64.c"], extra_compile_args=["-O3"]),
         Extension("git_xet.core._bg4", sources=["git_xet/core/_bg4.c"], extra_compile_args=["-O3"]),
+        Extension("git_xet.core._merkle", sources=["git_xet/core/_merkle.c"], extra_compile_args=["-O3"]),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

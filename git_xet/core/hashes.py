@@ -13,7 +13,7 @@ bytes, `sha256_hex` and `oid` its usual lower-case hex.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NewType
 
 import blake3
@@ -115,8 +115,11 @@ def _next_merge_cut(nodes: Sequence[tuple[bytes, int]], start: int) -> int:
     return end
 
 
-def merkle_root(nodes: Sequence[tuple[bytes, int]]) -> XetHash:
-    """Root of the aggregated hash tree over (hash, size) leaves; ZERO_HASH when empty."""
+def merkle_root_reference(nodes: Sequence[tuple[bytes, int]]) -> XetHash:
+    """Root of the aggregated hash tree over (hash, size) leaves; ZERO_HASH when empty.
+
+    The specification of merkle_root's C path (`_merkle.merge_level` builds each level's node
+    texts; tests compare the two) and the fallback without it."""
     if not nodes:
         return XetHash(ZERO_HASH)
     level: Sequence[tuple[bytes, int]] = nodes
@@ -129,6 +132,33 @@ def merkle_root(nodes: Sequence[tuple[bytes, int]]) -> XetHash:
             start += cut
         level = parents
     return XetHash(level[0][0])
+
+
+def _load_merge_level() -> Callable[[bytes, Sequence[int]], tuple[list[bytes], list[int]]] | None:
+    try:
+        from ._merkle import merge_level
+    except ImportError:
+        return None
+    return merge_level
+
+
+_merge_level = _load_merge_level()
+
+
+def merkle_root(nodes: Sequence[tuple[bytes, int]]) -> XetHash:
+    """Root of the aggregated hash tree over (hash, size) leaves; ZERO_HASH when empty: each
+    level's node texts built in C, each parent hashed here (see merkle_root_reference)."""
+    if _merge_level is None or len(nodes) < 2:
+        return merkle_root_reference(nodes)
+    level = b"".join(h for h, _ in nodes)
+    sizes: Sequence[int] = [size for _, size in nodes]
+    try:
+        while len(sizes) > 1:
+            texts, sizes = _merge_level(level, sizes)
+            level = b"".join([blake3.blake3(text, key=INTERNAL_NODE_KEY).digest() for text in texts])
+    except (OverflowError, ValueError):  # sizes past 64 bits, or hashes not 32 bytes: as the reference says
+        return merkle_root_reference(nodes)
+    return XetHash(level)
 
 
 def xorb_hash(chunk_hashes: Sequence[bytes], chunk_sizes: Sequence[int]) -> XetHash:

@@ -77,8 +77,7 @@ def test_a_consumer_that_stops_early_stops_the_producer() -> None:
     produced = itertools.count()
 
     def endless() -> Iterator[int]:
-        for i in produced:
-            yield i
+        yield from produced
 
     items = readahead(endless(), 2, NAME)
     assert [next(items), next(items)] == [0, 1]
