@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard
+
+
+class UploadStream(NamedTuple):
+    """A xorb's place among those an Uploader sends before its next shard: the stream's id
+    (the shard names it too) and the xorb's number in it. A server that hashes a file's
+    sha256 as its xorbs arrive uses it (server/upload_streams.py); other stores ignore it."""
+
+    id: str
+    seq: int
 
 
 class XetBackend(Protocol):
@@ -21,13 +30,14 @@ class XetBackend(Protocol):
         the oid git-lfs gave it without hashing the file again; a local directory, a bucket and
         the Hub take a shard's claim as given, so for them the uploader computes it."""
 
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
         """Store a footerless xorb; True if it was new. Idempotent."""
 
-    def upload_shard(self, body: bytes) -> bool:
-        """Register the files of an upload-form shard; True if new. All xorbs must be stored."""
+    def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
+        """Register the files of an upload-form shard; True if new. All xorbs must be stored.
+        `stream_id`: the UploadStream its xorbs were sent in."""
 
-    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
         """Store these (small) xorbs, then register the shard: upload_xorb for each, then
         upload_shard, in one exchange where the store allows (upload_in_order otherwise);
         the shard's result."""
@@ -50,8 +60,8 @@ class XetBackend(Protocol):
         back once nothing looks into it any more."""
 
 
-def upload_in_order(backend: XetBackend, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+def upload_in_order(backend: XetBackend, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
     """upload_xorbs_with_shard as separate calls: every xorb, then the shard."""
     for xorb_hex, body in xorbs:
         backend.upload_xorb(xorb_hex, body)
-    return backend.upload_shard(shard)
+    return backend.upload_shard(shard, stream_id)

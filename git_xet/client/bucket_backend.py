@@ -41,7 +41,7 @@ from ..fsutil import atomic_write
 from ..storage.cas_store import CasStore
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import S3Error, S3ObjectStore
-from .backend import upload_in_order
+from .backend import UploadStream, upload_in_order
 from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, RejectedError, StoreDamagedError, TransferError, from_storage_error
 
 log = logging.getLogger("git_xet.bucket")
@@ -133,7 +133,8 @@ class BucketBackend:
 
     # ------------------------------------------------------------------ uploads
 
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
+    # An UploadStream is ignored: a bucket takes a shard's sha256 claim as given (nothing to hash).
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
         self.check()
         key = CasStore.xorb_key(xorb_hex)
         if self._call(self.objects.exists, key):
@@ -144,10 +145,10 @@ class BucketBackend:
             raise RejectedError(f"refusing to store xorb {xorb_hex}: {exc}") from None
         return self._call(self.objects.put_new, key, verified.body, verified.footer().serialize())
 
-    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
-        return upload_in_order(self, xorbs, shard)
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
+        return upload_in_order(self, xorbs, shard, stream_id)
 
-    def upload_shard(self, body: bytes) -> bool:
+    def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
         """Store the shard after checking its xorbs are in the bucket, then the names that
         point at it (files/, lfs/, dedup/), each only once its target exists."""
         self.check()

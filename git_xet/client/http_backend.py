@@ -12,12 +12,12 @@ from .. import __version__
 from ..core.checksums import crc64nvme
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex, hex_to_hash
-from ..core.http_headers import SESSION_ID, bearer, new_session_id
+from ..core.http_headers import SESSION_ID, UPLOAD_STREAM, bearer, new_session_id
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard, parse_shard
 from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from ..memory import xorb_range_windows
-from .backend import upload_in_order
+from .backend import UploadStream, upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
 from .http_errors import status_error
 from .lfs_batch import batch_one
@@ -230,21 +230,24 @@ class HttpCasBackend:
 
     # ------------------------------------------------------------------ uploads
 
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
         """Through an upload grant where the server offers them (as hf-xet >= 1.8 does: the
         bytes may go straight to object storage), else `POST /v1/xorbs`. Xorbs under
-        DIRECT_UPLOAD_BELOW bytes are posted directly either way."""
+        DIRECT_UPLOAD_BELOW bytes are posted directly either way. The requests to the CAS
+        name `stream` (X-Xet-Upload-Stream), never the grant's PUT: a header no server knows
+        is ignored, and a presigned PUT carries exactly the grant's headers."""
+        named = {UPLOAD_STREAM: f"{stream.id} {stream.seq}"} if stream is not None else None
         if len(body) >= DIRECT_UPLOAD_BELOW and self._grants_offered and crc64nvme is not None and not _legacy_upload():
-            uploaded = self._upload_granted(xorb_hex, body)
+            uploaded = self._upload_granted(xorb_hex, body, named)
             if uploaded is not None:
                 return uploaded
-        resp = self._request(f"upload of xorb {xorb_hex[:12]}", "POST", f"/v1/xorbs/default/{xorb_hex}", body=body)
+        resp = self._request(f"upload of xorb {xorb_hex[:12]}", "POST", f"/v1/xorbs/default/{xorb_hex}", body=body, headers=named)
         try:
             return bool(resp.json()["was_inserted"])
         except (ValueError, KeyError, TypeError):
             raise TransferError("the server answered a xorb upload with something unexpected", retryable=True) from None
 
-    def _upload_granted(self, xorb_hex: str, body: bytes | memoryview) -> bool | None:
+    def _upload_granted(self, xorb_hex: str, body: bytes | memoryview, named: dict[str, str] | None) -> bool | None:
         """Grant, PUT, commit; True if this upload stored the xorb, False if it was already
         stored, None if the server offers no grants (then remembered for this backend).
 
@@ -256,7 +259,7 @@ class HttpCasBackend:
         what = f"upload grant for xorb {xorb_hex[:12]}"
         payload = {"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc64nvme(body))}}
         for _ in range(MAX_GRANTS):
-            resp = self._request(what, "POST", f"/v1/xorb-grants/default/{xorb_hex}", ok=(200, 201, 404), json=payload)
+            resp = self._request(what, "POST", f"/v1/xorb-grants/default/{xorb_hex}", ok=(200, 201, 404), json=payload, headers=named)
             if resp.status_code == 404:
                 log.info("the server offers no upload grants; uploading xorbs directly")
                 self._grants_offered = False
@@ -268,7 +271,8 @@ class HttpCasBackend:
             if put_status == 403:
                 log.info("upload grant for xorb %s expired before its PUT; asking for another", xorb_hex[:12])
                 continue
-            commit = self._request(f"commit of xorb {xorb_hex[:12]}", "POST", f"/v1/xorb-commits/default/{xorb_hex}/grant/{grant.id}", ok=(200, 201, 204, 404))
+            commit_path = f"/v1/xorb-commits/default/{xorb_hex}/grant/{grant.id}"
+            commit = self._request(f"commit of xorb {xorb_hex[:12]}", "POST", commit_path, ok=(200, 201, 204, 404), headers=named)
             if commit.status_code == 404:
                 log.info("the server saw no upload for grant of xorb %s; asking for another", xorb_hex[:12])
                 continue
@@ -289,31 +293,33 @@ class HttpCasBackend:
 
         return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy)
 
-    def upload_shard(self, body: bytes) -> bool:
+    def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
+        named = {UPLOAD_STREAM: stream_id} if stream_id is not None else None
         try:
-            resp = self._request("shard upload", "POST", "/v2/shards", body=body)
+            resp = self._request("shard upload", "POST", "/v2/shards", body=body, headers=named)
         except TransferError as exc:
             if exc.status not in (404, 501):
                 raise
-            resp = self._request("shard upload (v1)", "POST", "/v1/shards", body=body)
+            resp = self._request("shard upload (v1)", "POST", "/v1/shards", body=body, headers=named)
             try:
                 return int(resp.json()["result"]) == 1
             except (ValueError, KeyError, TypeError):
                 raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
         return self._read_shard_frames(resp.text)
 
-    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
         """One `POST /v1/xorbs-and-shard` where this backend may send bundles and they fit
         one (small xorbs, each posted directly anyway), else the usual requests in order."""
         fits = 0 < len(xorbs) <= MAX_BUNDLE_XORBS and all(len(body) < DIRECT_UPLOAD_BELOW for _, body in xorbs)
         if not (self._bundles and fits):
-            return upload_in_order(self, xorbs, shard)
+            return upload_in_order(self, xorbs, shard, stream_id)
         body = pack_bundle([(hex_to_hash(xorb_hex), xorb) for xorb_hex, xorb in xorbs], shard)
-        resp = self._request("upload of a shard and its xorbs", "POST", "/v1/xorbs-and-shard", body=body, ok=(200, 404))
+        named = {UPLOAD_STREAM: stream_id} if stream_id is not None else None
+        resp = self._request("upload of a shard and its xorbs", "POST", "/v1/xorbs-and-shard", body=body, ok=(200, 404), headers=named)
         if resp.status_code == 404:
             log.info("the server takes no upload bundles; sending xorbs and shards separately")
             self._bundles = False
-            return upload_in_order(self, xorbs, shard)
+            return upload_in_order(self, xorbs, shard, stream_id)
         try:
             return int(resp.json()["result"]) == 1
         except (ValueError, KeyError, TypeError):

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.shard import Shard
 from ..storage.cas_store import CasStore
+from .backend import UploadStream
 from ..storage.errors import StorageError
 from ..storage.planning import plan_reconstruction
 from .errors import NotFoundError, RangeNotSatisfiableError, StoreDamagedError, TransferError, from_storage_error
@@ -35,19 +36,20 @@ class LocalStoreBackend:
         """Close the store's index (its database connections)."""
         self.store.close()
 
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
+    # An UploadStream is ignored: this store takes a shard's sha256 claim as given (nothing to hash).
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
         try:
             return self.store.put_xorb(xorb_hex, body)
         except StorageError as exc:
             raise from_storage_error(exc, str(self.root)) from None
 
-    def upload_shard(self, body: bytes) -> bool:
+    def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
         try:
             return self.store.register_shard(body)
         except StorageError as exc:
             raise from_storage_error(exc, str(self.root)) from None
 
-    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
         try:
             return self.store.put_xorbs_with_shard(xorbs, shard)
         except StorageError as exc:

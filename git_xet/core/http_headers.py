@@ -16,6 +16,8 @@ ACCESS_TOKEN = "X-Xet-Access-Token"
 TOKEN_EXPIRATION = "X-Xet-Token-Expiration"
 SESSION_ID = "X-Xet-Session-Id"
 FILE_HASH = "X-Xet-Hash"
+# Ours (server/upload_streams.py): "<id> <seq>" on a xorb upload, "<id>" on its shard.
+UPLOAD_STREAM = "X-Xet-Upload-Stream"
 
 LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
 

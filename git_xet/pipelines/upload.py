@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
-from ..client.backend import XetBackend
+from ..client.backend import UploadStream, XetBackend
 from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
 from ..client.errors import MissingXorbsError, TransferError
 from ..client.shard_cache import ShardCache
@@ -217,6 +217,13 @@ class Uploader:
         self._pending: list[_PendingFile] = []
         self._lock = threading.Lock()
         self._failed: BaseException | None = None
+        self._new_stream()
+
+    def _new_stream(self) -> None:
+        """Number the xorbs sent before the next shard afresh (backend.UploadStream): a server
+        that hashes a file's sha256 as its xorbs arrive then has it when the shard comes."""
+        self._stream_id = os.urandom(16).hex()
+        self._stream_seq = 0
 
     def _check_usable(self) -> None:
         if self._failed is not None:
@@ -431,11 +438,13 @@ class Uploader:
         if last and len(built.body) < WITH_SHARD_BELOW:
             self._deferred.append((built, slot.buffer))
             return
-        self._uploads.append(self._pool.submit(self._upload_xorb, built, slot.cas, slot.buffer))
+        stream = UploadStream(self._stream_id, self._stream_seq)
+        self._stream_seq += 1
+        self._uploads.append(self._pool.submit(self._upload_xorb, built, slot.cas, slot.buffer, stream))
 
-    def _upload_xorb(self, built: VerifiedXorb, cas: CasInfo, buffer: mmap.mmap) -> None:
+    def _upload_xorb(self, built: VerifiedXorb, cas: CasInfo, buffer: mmap.mmap, stream: UploadStream) -> None:
         try:
-            inserted = self.backend.upload_xorb(hash_to_hex(built.xorb_hash), built.body)
+            inserted = self.backend.upload_xorb(hash_to_hex(built.xorb_hash), built.body, stream)
         finally:
             body_size = len(built.body)
             if isinstance(built.body, memoryview):
@@ -529,8 +538,9 @@ class Uploader:
         sent_with_shard = sum(len(built.body) for built, _ in deferred)
         try:
             with_shard = [(hash_to_hex(built.xorb_hash), built.body) for built, _ in deferred]
-            self.backend.upload_xorbs_with_shard(with_shard, serialize_shard(shard, with_footer=False))
+            self.backend.upload_xorbs_with_shard(with_shard, serialize_shard(shard, with_footer=False), self._stream_id)
         finally:
+            self._new_stream()
             for built, buffer in deferred:
                 if isinstance(built.body, memoryview):
                     built.body.release()

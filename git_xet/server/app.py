@@ -37,10 +37,11 @@ from starlette.routing import Route
 
 from ..core import hashes
 from ..core.errors import FormatError
-from ..core.http_headers import FILE_HASH
+from ..core.http_headers import FILE_HASH, UPLOAD_STREAM
 from ..core.shard import Shard, ShardFooter, parse_shard, serialize_shard
 from ..core.upload_bundle import parse_bundle
-from ..storage.cas_store import CasStore, StoredFile, chunks_referenced
+from ..core.xorb import VerifiedXorb
+from ..storage.cas_store import CasStore, Sha256Prefix, StoredFile, chunks_referenced
 from ..storage.index_base import open_index
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import S3ObjectStore, open_s3_objects
@@ -51,6 +52,7 @@ from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResp
 from .http_guard import BODY_INTO, SEND_FILE, BodySink
 from .hub import HubEmulation, hub_routes
 from .reconstruction import parse_range_header, with_signed_urls
+from .upload_streams import UploadStreams, parse_header, stream_key
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
 from .worker_threads import in_worker
 
@@ -111,6 +113,7 @@ class CasApp:
         self._revoked_at = float("-inf")
         self._validations: asyncio.Semaphore | None = None
         self.receive_buffers = ReceiveBuffers()
+        self.upload_streams = UploadStreams(self.store.xorb_pieces)
 
     async def revoked(self) -> frozenset[str]:
         """Revoked token ids, re-read from the index at most once a second (`git xet token
@@ -142,9 +145,37 @@ class CasApp:
         """The request's body as a xorb verified while it arrives (see xorb_intake.receive_xorb)."""
         return receive_xorb(request, self.receive_buffers, limit, self.config.idle_timeout, crc)
 
-    def store_received_xorb(self, xorb: str, received: ReceivedXorb) -> bool:
-        """Store a received xorb (in a worker thread, inside its receive_xorb block)."""
-        return self.store.put_verified_xorb(xorb, lambda expected: received.verifier.finish(received.length, expected))
+    @staticmethod
+    def upload_stream(request: Request, claims: Claims) -> tuple[str, int | None] | None:
+        """The request's X-Xet-Upload-Stream as (registry key, xorb number or None), if any
+        (see upload_streams: our client's; malformed ones are ignored, as unknown headers are)."""
+        parsed = parse_header(request.headers.get(UPLOAD_STREAM))
+        if parsed is None:
+            return None
+        stream_id, seq = parsed
+        return stream_key(claims.id, claims.repo, stream_id), seq
+
+    def stored_in_stream(self, stream: tuple[str, int | None] | None, xorb: str, held: VerifiedXorb | None = None) -> None:
+        """A request newly stored `xorb` (`held`: as verified, still in its buffer): hash it
+        into its stream, if it names one."""
+        if stream is not None and stream[1] is not None:
+            xorb_hash = hashes.hex_to_hash(xorb)
+            content = self.store.xorb_pieces(xorb_hash, held) if held is not None else None
+            self.upload_streams.stored(stream[0], stream[1], xorb_hash, content)
+
+    def store_received_xorb(self, xorb: str, received: ReceivedXorb, stream: tuple[str, int | None] | None = None) -> bool:
+        """Store a received xorb (in a worker thread, inside its receive_xorb block), and hash
+        it into its upload stream if this stored it (while its buffer is still ours)."""
+        verified: list[VerifiedXorb] = []
+
+        def verify(expected: bytes) -> VerifiedXorb:
+            verified.append(received.verifier.finish(received.length, expected))
+            return verified[0]
+
+        inserted = self.store.put_verified_xorb(xorb, verify)
+        if inserted:
+            self.stored_in_stream(stream, xorb, verified[0])
+        return inserted
 
     hash_param = staticmethod(_hash_param)
 
@@ -263,21 +294,26 @@ class CasApp:
         return FileRangeResponse(file, start, end - start + 1, self.config.idle_timeout, streamed)
 
     async def upload_xorb(self, request: Request) -> Response:
-        await self.authorize(request, "write")
+        claims = await self.authorize(request, "write")
         xorb = _hash_param(request, "xorb")
         async with self.receive_xorb(request) as received:
-            inserted = await in_worker(self.store_received_xorb, xorb, received)
+            inserted = await in_worker(self.store_received_xorb, xorb, received, self.upload_stream(request, claims))
         return JSONResponse({"was_inserted": inserted})
 
-    def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None) -> bool:
-        return self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed)
+    def _stream_prefix(self, stream: tuple[str, int | None] | None) -> Sha256Prefix | None:
+        """What the shard's upload stream hashed (waits for it: call in a worker thread)."""
+        return None if stream is None else self.upload_streams.prefix(stream[0])
+
+    def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None, stream: tuple[str, int | None] | None = None) -> bool:
+        prefix = self._stream_prefix(stream)
+        return self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix)
 
     async def upload_shard_v1(self, request: Request) -> Response:
         claims = await self.authorize(request, "write")
         body = await self.read_body(request, MAX_SHARD_BODY)
         small = _parsed_if_small(body)
         async with self.validation_turn(small):
-            inserted = await in_worker(self._register, body, claims.repo, None, small)
+            inserted = await in_worker(self._register, body, claims.repo, None, small, self.upload_stream(request, claims))
         return JSONResponse({"result": 1 if inserted else 0})
 
     async def upload_bundle(self, request: Request) -> Response:
@@ -293,13 +329,16 @@ class CasApp:
         shard_body = bytes(shard)
         small = _parsed_if_small(shard_body)
         async with self.validation_turn(small):
-            inserted = await in_worker(self._store_bundle, xorbs, shard_body, claims.repo, small)
+            inserted = await in_worker(self._store_bundle, xorbs, shard_body, claims.repo, small, self.upload_stream(request, claims))
         return JSONResponse({"result": 1 if inserted else 0})
 
-    def _store_bundle(self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None) -> bool:
+    def _store_bundle(
+        self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None, stream: tuple[str, int | None] | None
+    ) -> bool:
         """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
         hand-offs cost more than the work."""
-        return self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed)
+        prefix = self._stream_prefix(stream)
+        return self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix)
 
     async def upload_shard_v2(self, request: Request) -> Response:
         """NDJSON frames: `validating` while the sha256 of the shard's files is computed from the
@@ -320,7 +359,7 @@ class CasApp:
             yield frame({"type": "validating", "verified": 0, "total": 1})
             small = _parsed_if_small(body)
             async with self.validation_turn(small):
-                work = asyncio.ensure_future(in_worker(self._register, body, claims.repo, progress, small))
+                work = asyncio.ensure_future(in_worker(self._register, body, claims.repo, progress, small, self.upload_stream(request, claims)))
                 while not work.done():
                     update = asyncio.ensure_future(updates.get())
                     await asyncio.wait({work, update}, return_when=asyncio.FIRST_COMPLETED)

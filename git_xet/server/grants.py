@@ -71,12 +71,12 @@ class Grants:
         self.app = app
         self._key = app.signer.derive_key("xorb-upload-grant")  # its own MAC domain
 
-    def _sign(self, xorb: str, length: int, crc: int, exp: int, grant_id: str) -> str:
-        message = f"{xorb}:{length}:{crc}:{exp}:{grant_id}".encode()
+    def _sign(self, xorb: str, length: int, crc: int, exp: int, grant_id: str, stream: str) -> str:
+        message = f"{xorb}:{length}:{crc}:{exp}:{grant_id}:{stream}".encode()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
     async def grant(self, request: Request) -> Response:
-        await self.app.authorize(request, "write")
+        claims = await self.app.authorize(request, "write")
         xorb = self.app.hash_param(request, "xorb")
         if crc64nvme is None or not self.app.config.upload_grants:
             raise RequestRefused(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
@@ -89,7 +89,11 @@ class Grants:
             url, headers = await in_worker(bucket.presign_put_new, staging_key(xorb, grant_id), crc, GRANT_TTL)
             return JSONResponse({"id": grant_id, "method": "PUT", "url": url, "headers": headers}, status_code=201)
         exp = int(time.time()) + GRANT_TTL
-        query = urlencode({"grant": grant_id, "length": length, "crc": crc, "exp": exp, "sig": self._sign(xorb, length, crc, exp, grant_id)})
+        # The PUT stores the xorb here, without a token: its upload stream travels signed.
+        named = self.app.upload_stream(request, claims)
+        stream = f"{named[0]}.{named[1]}" if named is not None and named[1] is not None else ""
+        sig = self._sign(xorb, length, crc, exp, grant_id, stream)
+        query = urlencode({"grant": grant_id, "length": length, "crc": crc, "exp": exp, "stream": stream, "sig": sig})
         url = f"{self.app.base_url(request)}/v1/xorb-uploads/{xorb}?{query}"
         headers = {"Content-Type": "application/octet-stream", "x-amz-checksum-crc64nvme": crc64nvme_header(crc)}
         return JSONResponse({"id": grant_id, "method": "PUT", "url": url, "headers": headers}, status_code=201)
@@ -101,7 +105,8 @@ class Grants:
             grant_id, length, crc, exp, sig = q["grant"], int(q["length"]), int(q["crc"]), int(q["exp"]), q["sig"]
         except (KeyError, ValueError):
             raise RequestRefused(403, "not a signed upload grant URL") from None
-        if not hmac.compare_digest(sig, self._sign(xorb, length, crc, exp, grant_id)):
+        stream = q.get("stream", "")
+        if not hmac.compare_digest(sig, self._sign(xorb, length, crc, exp, grant_id, stream)):
             raise RequestRefused(403, "upload grant signature does not match")
         if exp < time.time():
             raise RequestRefused(403, "upload grant expired; ask for a new one")
@@ -112,27 +117,31 @@ class Grants:
                 raise RequestRefused(400, "BadDigest: the body does not match the granted CRC-64/NVME checksum")
             if await in_worker(self.app.store.xorb_layout, xorb) is not None:
                 raise RequestRefused(412, "this xorb is stored already")
-            inserted = await in_worker(self.app.store_received_xorb, xorb, received)
+            key, _, seq = stream.partition(".")
+            named = (key, int(seq)) if stream else None
+            inserted = await in_worker(self.app.store_received_xorb, xorb, received, named)
         if not inserted:
             raise RequestRefused(412, "this xorb is stored already")
         return Response(status_code=200)
 
     async def commit(self, request: Request) -> Response:
-        await self.app.authorize(request, "write")
+        claims = await self.app.authorize(request, "write")
         xorb = self.app.hash_param(request, "xorb")
         if self.app.object_bucket is not None:
             grant_id = request.path_params["grant"]
             if len(grant_id) != 32 or not all(c in "0123456789abcdef" for c in grant_id):
                 raise RequestRefused(404, "no such grant")
-            await in_worker(self._commit_staged, xorb, grant_id)
+            if await in_worker(self._commit_staged, xorb, grant_id):
+                self.app.stored_in_stream(self.app.upload_stream(request, claims), xorb)
         if await in_worker(self.app.store.xorb_layout, xorb) is None:
             raise RequestRefused(404, "no uploaded data for this grant")
         return JSONResponse({"was_inserted": True})
 
-    def _commit_staged(self, xorb: str, grant_id: str) -> None:
+    def _commit_staged(self, xorb: str, grant_id: str) -> bool:
         """Verify and store the xorb a grant's PUT staged in the bucket (if it did), then drop
-        the staged copy. Nothing staged: nothing to do (the caller answers 404 unless the
-        xorb is stored already). A staged body that is not the xorb: 400, and it is deleted.
+        the staged copy; True if this stored it. Nothing staged: nothing to do (the caller
+        answers 404 unless the xorb is stored already). A staged body that is not the xorb:
+        400, and it is deleted.
 
         The staged object is read once, into a pooled receive buffer, and verified as its
         bytes arrive. The stored object is then made inside the bucket: a multipart copy of
@@ -145,7 +154,7 @@ class Grants:
         buffers = self.app.receive_buffers
         size = bucket.size(key)
         if size is None:
-            return
+            return False
         if size > MAX_XORB_BODY_BYTES:  # the PUT's length is not signed: bound what we read
             bucket.delete(key)
             raise RequestRefused(400, f"the uploaded body is {size} bytes, more than a xorb can be")
@@ -155,7 +164,7 @@ class Grants:
             try:
                 length = bucket.read_into(key, buffer, progress=verifier.advance)
             except FileNotFoundError:
-                return
+                return False
 
             def create(final: str, verified: VerifiedXorb) -> bool:
                 footer = verified.footer().serialize()
@@ -164,13 +173,14 @@ class Grants:
                 return bucket.put_new(final, verified.body, footer)
 
             try:
-                self.app.store.put_verified_xorb(xorb, lambda expected: verifier.finish(length, expected), create)
+                created = self.app.store.put_verified_xorb(xorb, lambda expected: verifier.finish(length, expected), create)
             except StorageError:
                 bucket.delete(key)
                 raise
         finally:
             buffers.give_back(buffer)
         bucket.delete(key)
+        return created
 
 
 def collect_abandoned_uploads(bucket: S3ObjectStore, older_than: float = ABANDONED_AFTER, now: float | None = None) -> int:

@@ -29,11 +29,11 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from ..core import hashes
 from ..core.errors import FormatError
-from ..core.shard import CasInfo, Shard, parse_shard
+from ..core.shard import CasInfo, FileTerm, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, XorbLayout, decode_chunk, parse_chunk_records, verify_xorb
 from .errors import Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
 from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, NewXorb, ShardRegistration, StoredFile, open_index
@@ -78,6 +78,27 @@ def _read_pieces(layout: XorbLayout, chunk_start: int, chunk_end: int, piece: in
             stop += 1
         yield first, stop
         first = stop
+
+
+class Sha256Prefix(NamedTuple):
+    """A sha256 computed ahead of a shard: `digest` holds the decoded content of `xorbs`, whole
+    and in this order (the server's upload streams compute it while a client's xorbs arrive,
+    from the stored objects). A file whose terms begin with exactly these whole xorbs needs
+    only the rest of its content hashed when its shard comes."""
+
+    xorbs: tuple[bytes, ...]
+    digest: hashlib._Hash
+
+
+def _begins_with_whole(terms: Sequence[FileTerm], xorbs: Sequence[bytes], layouts: Mapping[bytes, XorbLayout]) -> bool:
+    """True when the first terms are exactly `xorbs`, each whole, in order (and there is one)."""
+    if not xorbs or len(terms) < len(xorbs):
+        return False
+    for term, xorb in zip(terms, xorbs):
+        layout = layouts.get(term.xorb_hash)
+        if term.xorb_hash != xorb or layout is None or term.chunk_start != 0 or term.chunk_end != len(layout.chunk_hashes):
+            return False
+    return True
 
 
 def chunks_referenced(shard: Shard) -> int:
@@ -171,10 +192,17 @@ class CasStore:
             raise Rejected(f"rejected xorb {xorb_hex}: {exc}") from None
 
     def put_xorbs_with_shard(
-        self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard_body: bytes, repo: str = DEFAULT_REPO, verify_sha256: bool = False, parsed: Shard | None = None
+        self,
+        xorbs: Sequence[tuple[str, bytes | memoryview]],
+        shard_body: bytes,
+        repo: str = DEFAULT_REPO,
+        verify_sha256: bool = False,
+        parsed: Shard | None = None,
+        prefix: Sha256Prefix | None = None,
     ) -> bool:
         """put_xorb of each xorb, then register_shard: an upload bundle (a small file's xorb
-        and its shard), with the same checks, results and order of writes.
+        and its shard; or a large file's last xorb, and its shard), with the same checks,
+        results and order of writes.
 
         When the bundle has one xorb not stored yet and the shard is small (see
         BUNDLE_CHUNKS), that xorb is indexed in the shard's transaction, and the shard's
@@ -191,16 +219,16 @@ class CasStore:
         if len(pending) != 1 or shard is None or chunks_referenced(shard) > BUNDLE_CHUNKS:
             for xorb_hex, body in pending:
                 self.put_xorb(xorb_hex, body)
-            return self.register_shard(shard_body, repo, verify_sha256, parsed=shard)
+            return self.register_shard(shard_body, repo, verify_sha256, parsed=shard, prefix=prefix)
         xorb_hex, body = pending[0]
         key = self.xorb_key(xorb_hex)
         verified = self._verified(xorb_hex, lambda expected: verify_xorb(body, expected))
         with self.index.xorb_writer_lock(xorb_hex.lower()), self._full_disk_reported():
             if not self._created_unindexed(xorb_hex, key, verified):
-                registration = self._checked_registration(shard_body, shard, repo, verify_sha256)
+                registration = self._checked_registration(shard_body, shard, repo, verify_sha256, prefix=prefix)
             else:
                 try:
-                    registration = self._checked_registration(shard_body, shard, repo, verify_sha256, fresh={verified.xorb_hash: verified})
+                    registration = self._checked_registration(shard_body, shard, repo, verify_sha256, fresh={verified.xorb_hash: verified}, prefix=prefix)
                 except Exception:
                     self._index_xorb(xorb_hex, verified)  # refused: the xorb stays, as after two requests
                     raise
@@ -350,10 +378,16 @@ class CasStore:
             raise Rejected(f"file {name}: its hash does not match the chunks it references")
 
     def _sha256_of(
-        self, stored: StoredFile, progress: Callable[[int], None] | None, fresh: Mapping[bytes, VerifiedXorb], layouts: Mapping[bytes, XorbLayout]
+        self,
+        stored: StoredFile,
+        progress: Callable[[int], None] | None,
+        fresh: Mapping[bytes, VerifiedXorb],
+        layouts: Mapping[bytes, XorbLayout],
+        prefix: Sha256Prefix | None = None,
     ) -> str:
         """The sha256 of a registered-to-be file, computed from the stored chunks (`layouts`:
-        of every xorb it references).
+        of every xorb it references), from where `prefix` leaves off when the file begins
+        with its xorbs.
 
         The chunks are not hashed again on this pass (BLAKE3 over every byte of every push):
         each was verified when its xorb was stored, and a byte changed since then changes the
@@ -364,7 +398,15 @@ class CasStore:
         this pass (after its last xorb, before its `complete`), and reads and sha256 both
         release the GIL, so it then takes about as long as the sha256 alone."""
         digest = hashlib.sha256()
-        pieces = self._file_pieces(stored, False, fresh, layouts)
+        rest = stored
+        if prefix is not None and _begins_with_whole(stored.terms, prefix.xorbs, layouts):
+            digest = prefix.digest.copy()
+            covered = stored.terms[: len(prefix.xorbs)]
+            rest = stored._replace(terms=stored.terms[len(prefix.xorbs) :])
+            log.info("sha256 of file %s: %d of its %d bytes hashed as they were uploaded", stored.file_hex[:12], sum(t.unpacked_bytes for t in covered), stored.size)
+            if progress is not None:
+                progress(sum(t.unpacked_bytes for t in covered))
+        pieces = self._file_pieces(rest, False, fresh, layouts)
         if stored.size > READ_AHEAD_ABOVE:
             pieces = readahead(pieces, READ_AHEAD_PIECES, "git-xet-sha256-read")
         since = 0
@@ -379,6 +421,18 @@ class CasStore:
             progress(since)
         return digest.hexdigest()
 
+    def xorb_pieces(self, xorb_hash: bytes, held: VerifiedXorb | None = None) -> Iterator[list[bytes | memoryview]]:
+        """A stored xorb's decoded content, whole, a list of chunks per piece (not checked
+        against their hashes again: see _sha256_of), from `held` (the xorb as just verified)
+        or else read from the store; Damaged if it is missing."""
+        xorb_hex = hashes.hash_to_hex(xorb_hash)
+        layout = held.layout() if held is not None else self.xorb_layout(xorb_hex)
+        if layout is None:
+            raise Damaged(f"xorb {xorb_hex} is missing")
+        whole = FileTerm(hashes.XetHash(xorb_hash), sum(layout.chunk_sizes), 0, len(layout.chunk_hashes))
+        fresh = {xorb_hash: held} if held is not None else None
+        return self._file_pieces(StoredFile(xorb_hex, whole.unpacked_bytes, None, (whole,)), False, fresh, {xorb_hash: layout})
+
     def register_shard(
         self,
         body: bytes,
@@ -386,6 +440,7 @@ class CasStore:
         verify_sha256: bool = False,
         progress: Callable[[int, int], None] | None = None,
         parsed: Shard | None = None,
+        prefix: Sha256Prefix | None = None,
     ) -> bool:
         """Validate an uploaded shard and register its files for `repo`, all or nothing.
 
@@ -399,6 +454,8 @@ class CasStore:
         replaced. `progress(done, total)` reports bytes of sha256 verification.
 
         `parsed`: what parse_shard(body) gave, when the caller has parsed it already.
+        `prefix`: a sha256 computed while the xorbs arrived (see Sha256Prefix), continued
+        instead of starting over for a file that begins with its xorbs.
 
         Returns True when the shard was new for this repo (result 1), False for a repeat.
         """
@@ -406,7 +463,7 @@ class CasStore:
             shard = parsed if parsed is not None else parse_shard(body)
         except FormatError as exc:
             raise Rejected(f"invalid shard: {exc}") from None
-        return self._record(self._checked_registration(body, shard, repo, verify_sha256, progress), body)
+        return self._record(self._checked_registration(body, shard, repo, verify_sha256, progress, prefix=prefix), body)
 
     def _checked_registration(
         self,
@@ -416,6 +473,7 @@ class CasStore:
         verify_sha256: bool,
         progress: Callable[[int, int], None] | None = None,
         fresh: Mapping[bytes, VerifiedXorb] | None = None,
+        prefix: Sha256Prefix | None = None,
     ) -> ShardRegistration:
         """register_shard's checks (nothing is written): what to record. `fresh`: xorbs
         verified and stored but not indexed yet (put_xorbs_with_shard), read from memory."""
@@ -457,7 +515,7 @@ class CasStore:
                 progress(done, total)
 
         for stored, claim in to_verify:
-            actual = self._sha256_of(stored, advance, fresh, layouts)
+            actual = self._sha256_of(stored, advance, fresh, layouts, prefix)
             if actual != claim:
                 for _ in self.iter_file_bytes(stored, fresh=fresh):  # Damaged if the stored bytes are at fault
                     pass

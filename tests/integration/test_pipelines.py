@@ -206,7 +206,7 @@ def test_resume_after_interrupted_upload_does_not_resend_xorbs(server: RunningSe
     class DiesBeforeShard(HttpCasBackend):
         """Fault injection: the process 'dies' after its xorbs, before the shard."""
 
-        def upload_shard(self, body: bytes) -> bool:
+        def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
             raise KeyboardInterrupt
 
     dying = DiesBeforeShard(server.url, StaticToken(server.token("write")), policy=FAST_RETRY)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from git_xet.client.backend import XetBackend
+from git_xet.client.backend import UploadStream
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.local_backend import LocalStoreBackend
 from git_xet.client.retry import RetryPolicy
@@ -121,10 +122,10 @@ def test_a_store_that_stays_inconsistent_fails_with_a_clear_message(tmp_path: Pa
     """A store that keeps refusing (it loses xorbs as fast as they come) is reported, not looped on."""
 
     class Forgetful(LocalStoreBackend):
-        def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
+        def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
             return True  # claims to store, keeps nothing
 
-        def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+        def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
             return self.upload_shard(shard)  # the same with a small file's xorbs
 
     backend = Forgetful(tmp_path / "data")

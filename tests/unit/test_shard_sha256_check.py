@@ -19,7 +19,7 @@ from git_xet.core import hashes, shard
 from git_xet.core.compression import CompressionScheme
 from git_xet.core.xorb import verify_xorb
 from git_xet.pipelines.file_hashing import hash_bytes
-from git_xet.storage.cas_store import READ_AHEAD_ABOVE, CasStore
+from git_xet.storage.cas_store import READ_AHEAD_ABOVE, CasStore, Sha256Prefix
 from git_xet.storage.errors import Damaged, Rejected
 from tests.support.datagen import random_bytes
 from tests.support.objects import encoded_xorb, single_xorb
@@ -101,5 +101,81 @@ def test_stored_bytes_that_do_not_parse_as_the_index_says_are_damage(tmp_path: P
         with pytest.raises(Damaged, match=f"xorb {key.rsplit('/', 1)[1]} is damaged"):
             store.register_shard(body, verify_sha256=True)
         assert store.stats()["files"] == 0
+    finally:
+        store.close()
+
+
+def _stored_in_xorbs(store: CasStore, parts: list[bytes], claim: bytes | None = None) -> tuple[bytes, list[bytes]]:
+    """A file made of `parts`, each stored as a xorb of its own; the shard registering it
+    (claiming `claim`, by default the sha256 of all parts) and the xorbs' hashes, in order."""
+    terms, verification, chunk_hashes, chunk_sizes, names = [], [], [], [], []
+    for part in parts:
+        built, digest = single_xorb(part)
+        store.put_xorb(hashes.hash_to_hex(built.xorb_hash), built.body)
+        terms.append(shard.FileTerm(built.xorb_hash, len(part), 0, len(built.chunk_hashes)))
+        verification.append(hashes.verification_hash(built.chunk_hashes))
+        chunk_hashes += digest.chunk_hashes
+        chunk_sizes += digest.chunk_sizes
+        names.append(built.xorb_hash)
+    info = shard.FileInfo(hashes.file_hash(chunk_hashes, chunk_sizes), tuple(terms), tuple(verification), claim or hashlib.sha256(b"".join(parts)).digest())
+    return shard.serialize_shard(shard.Shard((info,)), with_footer=False), names
+
+
+def _counting_reads(store: CasStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bytes the store reads from its objects, per read, from now on."""
+    reads: list[int] = []
+    read_range = store.objects.read_range
+
+    def counted(key: str, start: int, end_inclusive: int) -> bytes:
+        data = read_range(key, start, end_inclusive)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(store.objects, "read_range", counted)
+    return reads
+
+
+PARTS = [random_bytes(150_000, 11), random_bytes(90_000, 12), random_bytes(40_000, 13)]
+
+
+@pytest.mark.parametrize("streamed", [3, 2, 1])
+def test_a_prefix_hashed_as_the_xorbs_arrived_is_continued_not_redone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streamed: int) -> None:
+    """A file that begins with the prefix's xorbs, whole: only the rest is read back."""
+    store = CasStore(tmp_path / "store")
+    try:
+        body, names = _stored_in_xorbs(store, PARTS)
+        prefix = Sha256Prefix(tuple(names[:streamed]), hashlib.sha256(b"".join(PARTS[:streamed])))
+        reads = _counting_reads(store, monkeypatch)
+        assert store.register_shard(body, verify_sha256=True, prefix=prefix)
+        assert sum(reads) < sum(len(p) for p in PARTS[streamed:]) + 1000  # the rest (and record headers) only
+        assert store.file_by_sha256(hashlib.sha256(b"".join(PARTS)).hexdigest()) is not None
+    finally:
+        store.close()
+
+
+def test_a_prefix_does_not_let_a_wrong_claim_through(tmp_path: Path) -> None:
+    store = CasStore(tmp_path / "store")
+    try:
+        body, names = _stored_in_xorbs(store, PARTS, claim=hashlib.sha256(b"not this").digest())
+        prefix = Sha256Prefix(tuple(names), hashlib.sha256(b"".join(PARTS)))
+        with pytest.raises(Rejected, match="does not match its content"):
+            store.register_shard(body, verify_sha256=True, prefix=prefix)
+        assert store.stats()["repo_oids"] == 0
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("xorbs", ["not leading", "out of order", "more than the file"])
+def test_a_prefix_the_file_does_not_begin_with_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, xorbs: str) -> None:
+    """Its digest is not used (here it is of other bytes, so using it would refuse the claim):
+    the file is read back whole."""
+    store = CasStore(tmp_path / "store")
+    try:
+        body, names = _stored_in_xorbs(store, PARTS)
+        chosen = {"not leading": names[1:], "out of order": [names[1], names[0]], "more than the file": [*names, names[0]]}[xorbs]
+        prefix = Sha256Prefix(tuple(chosen), hashlib.sha256(b"other bytes"))
+        reads = _counting_reads(store, monkeypatch)
+        assert store.register_shard(body, verify_sha256=True, prefix=prefix)
+        assert sum(reads) >= sum(len(p) for p in PARTS)
     finally:
         store.close()

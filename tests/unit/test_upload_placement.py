@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from git_xet.client.local_backend import LocalStoreBackend
+from git_xet.client.backend import UploadStream
 from git_xet.client.shard_cache import ShardCache
 from git_xet.core.chunking import chunk_boundaries
 from git_xet.core.hashes import chunk_hash
@@ -37,11 +38,11 @@ class _RecordingStore(LocalStoreBackend):
         super().__init__(root)
         self.stored_chunks: list[bytes] = []
 
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
         self.stored_chunks += verify_xorb(bytes(body)).chunk_hashes
         return super().upload_xorb(xorb_hex, body)
 
-    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> bool:
+    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
         for _, body in xorbs:
             self.stored_chunks += verify_xorb(bytes(body)).chunk_hashes
         return super().upload_xorbs_with_shard(xorbs, shard)

@@ -1,0 +1,78 @@
+"""Upload streams end to end: our client numbers the xorbs of a large file, the real server
+hashes its sha256 while they arrive (directly posted or through upload grants), and the
+shard then only waits for the rest; a wrong oid is still refused, and a client that names
+no stream (hf-xet) is verified as before."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from git_xet.client.errors import TransferError
+from git_xet.client.http_backend import HttpCasBackend
+from git_xet.client.retry import RetryPolicy
+from git_xet.client.tokens import StaticToken
+from git_xet.pipelines.download import download
+from git_xet.pipelines.upload import WITH_SHARD_BELOW, Uploader
+from tests.support import hf_xet_oracle
+from tests.support.datagen import random_bytes
+from tests.support.server_process import RunningServer, running_server
+
+FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
+MIB = 1 << 20
+# Two full xorbs and a small last one, which goes with the shard.
+SIZE = 128 * MIB + 300_000
+STREAMED = re.compile(r"sha256 of file (\w+): (\d+) of its (\d+) bytes hashed as they were uploaded")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("src") / "model.bin"
+    path.write_bytes(random_bytes(SIZE, 77))
+    return path
+
+
+def _upload(server: RunningServer, path: Path, oid: str) -> str:
+    """As the agent uploads to a `git xet serve`: the oid sent as the claim, the last small
+    xorb in one request with the shard."""
+    backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, bundles=True, checks_sha256_claims=True)
+    with Uploader(backend, global_dedup=False) as up:
+        result = up.add_file(path, sha256_hex=oid)
+        up.finalize()
+    return result.file_hex
+
+
+@pytest.mark.parametrize("grants", [True, False])
+def test_the_server_hashes_a_large_file_while_its_xorbs_arrive(tmp_path: Path, source: Path, grants: bool) -> None:
+    oid = hashlib.sha256(source.read_bytes()).hexdigest()
+    with running_server(tmp_path / "data", *([] if grants else ["--no-upload-grants"])) as server:
+        file_hex = _upload(server, source, oid)
+        (found,) = STREAMED.findall(server.log())
+        assert found[0] == file_hex[:12]
+        assert int(found[1]) > SIZE - WITH_SHARD_BELOW and int(found[2]) == SIZE  # both big xorbs; the last one read
+        assert ("/v1/xorb-uploads/" in server.log()) == grants
+        assert "/v1/xorbs-and-shard" in server.log()
+        out = io.BytesIO()
+        download(HttpCasBackend(server.url, StaticToken(server.token("read"))), file_hex, out, sha256_hex=oid)
+        assert out.getvalue() == source.read_bytes()
+
+
+def test_a_wrong_oid_is_refused_though_its_xorbs_were_hashed_on_arrival(tmp_path: Path, source: Path) -> None:
+    with running_server(tmp_path / "data") as server:
+        with pytest.raises(TransferError, match="does not match its content"):
+            _upload(server, source, "0" * 64)
+        assert STREAMED.search(server.log())  # the streamed digest is what refused it
+
+
+def test_a_client_that_names_no_stream_is_verified_as_before(tmp_path: Path, source: Path) -> None:
+    with running_server(tmp_path / "data") as server:
+        (uploaded,) = hf_xet_oracle.remote_upload([source], server.url, server.token(), tmp_path / "hf")
+        assert uploaded["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+        assert not STREAMED.search(server.log())
+        out = io.BytesIO()
+        download(HttpCasBackend(server.url, StaticToken(server.token("read"))), uploaded["hash"], out, sha256_hex=uploaded["sha256"])
+        assert out.getvalue() == source.read_bytes()
