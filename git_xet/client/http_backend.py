@@ -76,6 +76,11 @@ class _Grant(NamedTuple):
         return grant
 
 
+def _stream_header(value: str | None) -> dict[str, str] | None:
+    """X-Xet-Upload-Stream with `value` (see backend.UploadStream), or no header for None."""
+    return {UPLOAD_STREAM: value} if value is not None else None
+
+
 def timeout_from_env() -> Timeouts:
     """DEFAULT_TIMEOUT, or $GIT_XET_HTTP_TIMEOUT seconds for reads and writes (a stalled
     connection is abandoned and retried after that long)."""
@@ -236,7 +241,7 @@ class HttpCasBackend:
         DIRECT_UPLOAD_BELOW bytes are posted directly either way. The requests to the CAS
         name `stream` (X-Xet-Upload-Stream), never the grant's PUT: a header no server knows
         is ignored, and a presigned PUT carries exactly the grant's headers."""
-        named = {UPLOAD_STREAM: f"{stream.id} {stream.seq}"} if stream is not None else None
+        named = _stream_header(f"{stream.id} {stream.seq}" if stream is not None else None)
         if len(body) >= DIRECT_UPLOAD_BELOW and self._grants_offered and crc64nvme is not None and not _legacy_upload():
             uploaded = self._upload_granted(xorb_hex, body, named)
             if uploaded is not None:
@@ -294,7 +299,7 @@ class HttpCasBackend:
         return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy)
 
     def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
-        named = {UPLOAD_STREAM: stream_id} if stream_id is not None else None
+        named = _stream_header(stream_id)
         try:
             resp = self._request("shard upload", "POST", "/v2/shards", body=body, headers=named)
         except TransferError as exc:
@@ -314,7 +319,7 @@ class HttpCasBackend:
         if not (self._bundles and fits):
             return upload_in_order(self, xorbs, shard, stream_id)
         body = pack_bundle([(hex_to_hash(xorb_hex), xorb) for xorb_hex, xorb in xorbs], shard)
-        named = {UPLOAD_STREAM: stream_id} if stream_id is not None else None
+        named = _stream_header(stream_id)
         resp = self._request("upload of a shard and its xorbs", "POST", "/v1/xorbs-and-shard", body=body, ok=(200, 404), headers=named)
         if resp.status_code == 404:
             log.info("the server takes no upload bundles; sending xorbs and shards separately")

@@ -52,7 +52,7 @@ from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResp
 from .http_guard import BODY_INTO, SEND_FILE, BodySink
 from .hub import HubEmulation, hub_routes
 from .reconstruction import parse_range_header, with_signed_urls
-from .upload_streams import UploadStreams, parse_header, stream_key
+from .upload_streams import StreamRef, UploadStreams, parse_header, stream_key
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
 from .worker_threads import in_worker
 
@@ -146,24 +146,24 @@ class CasApp:
         return receive_xorb(request, self.receive_buffers, limit, self.config.idle_timeout, crc)
 
     @staticmethod
-    def upload_stream(request: Request, claims: Claims) -> tuple[str, int | None] | None:
-        """The request's X-Xet-Upload-Stream as (registry key, xorb number or None), if any
-        (see upload_streams: our client's; malformed ones are ignored, as unknown headers are)."""
+    def upload_stream(request: Request, claims: Claims) -> StreamRef | None:
+        """The request's X-Xet-Upload-Stream, if any (see upload_streams: our client's;
+        malformed ones are ignored, as unknown headers are)."""
         parsed = parse_header(request.headers.get(UPLOAD_STREAM))
         if parsed is None:
             return None
         stream_id, seq = parsed
-        return stream_key(claims.id, claims.repo, stream_id), seq
+        return StreamRef(stream_key(claims.id, claims.repo, stream_id), seq)
 
-    def stored_in_stream(self, stream: tuple[str, int | None] | None, xorb: str, held: VerifiedXorb | None = None) -> None:
+    def stored_in_stream(self, stream: StreamRef | None, xorb: str, held: VerifiedXorb | None = None) -> None:
         """A request newly stored `xorb` (`held`: as verified, still in its buffer): hash it
         into its stream, if it names one."""
-        if stream is not None and stream[1] is not None:
+        if stream is not None and stream.seq is not None:
             xorb_hash = hashes.hex_to_hash(xorb)
             content = self.store.xorb_pieces(xorb_hash, held) if held is not None else None
-            self.upload_streams.stored(stream[0], stream[1], xorb_hash, content)
+            self.upload_streams.stored(stream.key, stream.seq, xorb_hash, content)
 
-    def store_received_xorb(self, xorb: str, received: ReceivedXorb, stream: tuple[str, int | None] | None = None) -> bool:
+    def store_received_xorb(self, xorb: str, received: ReceivedXorb, stream: StreamRef | None = None) -> bool:
         """Store a received xorb (in a worker thread, inside its receive_xorb block), and hash
         it into its upload stream if this stored it (while its buffer is still ours)."""
         verified: list[VerifiedXorb] = []
@@ -300,11 +300,11 @@ class CasApp:
             inserted = await in_worker(self.store_received_xorb, xorb, received, self.upload_stream(request, claims))
         return JSONResponse({"was_inserted": inserted})
 
-    def _stream_prefix(self, stream: tuple[str, int | None] | None) -> Sha256Prefix | None:
+    def _stream_prefix(self, stream: StreamRef | None) -> Sha256Prefix | None:
         """What the shard's upload stream hashed (waits for it: call in a worker thread)."""
-        return None if stream is None else self.upload_streams.prefix(stream[0])
+        return None if stream is None else self.upload_streams.prefix(stream.key)
 
-    def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None, stream: tuple[str, int | None] | None = None) -> bool:
+    def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
         prefix = self._stream_prefix(stream)
         return self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix)
 
@@ -333,7 +333,7 @@ class CasApp:
         return JSONResponse({"result": 1 if inserted else 0})
 
     def _store_bundle(
-        self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None, stream: tuple[str, int | None] | None
+        self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None, stream: StreamRef | None
     ) -> bool:
         """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
         hand-offs cost more than the work."""

@@ -46,6 +46,7 @@ from ..storage.cas_store import STAGED_UPLOADS
 from ..storage.errors import StorageError
 from ..storage.s3 import MIN_COPY_PART_BYTES
 from .errors import RequestRefused
+from .upload_streams import StreamRef
 from .worker_threads import in_worker
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class Grants:
         exp = int(time.time()) + GRANT_TTL
         # The PUT stores the xorb here, without a token: its upload stream travels signed.
         named = self.app.upload_stream(request, claims)
-        stream = f"{named[0]}.{named[1]}" if named is not None and named[1] is not None else ""
+        stream = f"{named.key}.{named.seq}" if named is not None and named.seq is not None else ""
         sig = self._sign(xorb, length, crc, exp, grant_id, stream)
         query = urlencode({"grant": grant_id, "length": length, "crc": crc, "exp": exp, "stream": stream, "sig": sig})
         url = f"{self.app.base_url(request)}/v1/xorb-uploads/{xorb}?{query}"
@@ -118,7 +119,7 @@ class Grants:
             if await in_worker(self.app.store.xorb_layout, xorb) is not None:
                 raise RequestRefused(412, "this xorb is stored already")
             key, _, seq = stream.partition(".")
-            named = (key, int(seq)) if stream else None
+            named = StreamRef(key, int(seq)) if stream else None
             inserted = await in_worker(self.app.store_received_xorb, xorb, received, named)
         if not inserted:
             raise RequestRefused(412, "this xorb is stored already")

@@ -32,6 +32,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from ..storage.cas_store import Sha256Prefix
 
@@ -46,6 +47,14 @@ HASHING_THREADS = 2
 
 # A xorb's decoded content, a list of chunks per piece (CasStore.xorb_pieces).
 XorbContent = Callable[[bytes], Iterable[list[bytes | memoryview]]]
+
+
+class StreamRef(NamedTuple):
+    """What a request says of its upload stream: the registry key, and the xorb's number (None
+    on a shard)."""
+
+    key: str
+    seq: int | None
 
 
 def stream_key(owner: str, repo: str, stream_id: str) -> str:

@@ -1,7 +1,8 @@
 """Upload streams end to end: our client numbers the xorbs of a large file, the real server
 hashes its sha256 while they arrive (directly posted or through upload grants), and the
-shard then only waits for the rest; a wrong oid is still refused, and a client that names
-no stream (hf-xet) is verified as before."""
+shard then only waits for the rest; a wrong oid is still refused, a client that names no
+stream (hf-xet) is verified as before, and another token holder cannot touch a client's
+stream."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from git_xet.client.backend import UploadStream
 from git_xet.client.errors import TransferError
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
+from git_xet.core import hashes
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import WITH_SHARD_BELOW, Uploader
 from tests.support import hf_xet_oracle
 from tests.support.datagen import random_bytes
+from tests.support.objects import single_xorb
 from tests.support.server_process import RunningServer, running_server
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
@@ -76,3 +80,22 @@ def test_a_client_that_names_no_stream_is_verified_as_before(tmp_path: Path, sou
         out = io.BytesIO()
         download(HttpCasBackend(server.url, StaticToken(server.token("read"))), uploaded["hash"], out, sha256_hex=uploaded["sha256"])
         assert out.getvalue() == source.read_bytes()
+
+
+def test_another_token_naming_a_clients_stream_cannot_touch_it(tmp_path: Path, source: Path) -> None:
+    """An attacker who knows a client's stream id (here: told it) and holds a valid write token
+    stores a xorb as that stream's first one, and sends a shard naming it; the client's
+    stream is keyed by its own token, so its upload still ends in the shortcut, whole."""
+    oid = hashlib.sha256(source.read_bytes()).hexdigest()
+    with running_server(tmp_path / "data") as server:
+        victim = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, bundles=True, checks_sha256_claims=True)
+        attacker = HttpCasBackend(server.url, StaticToken(server.token(repo="mallory/evil")), policy=FAST_RETRY)
+        with Uploader(victim, global_dedup=False) as up:
+            stream_id = up._stream_id
+            planted, _ = single_xorb(random_bytes(200_000, 78))
+            assert attacker.upload_xorb(hashes.hash_to_hex(planted.xorb_hash), planted.body, UploadStream(stream_id, 0))
+            result = up.add_file(source, sha256_hex=oid)
+            up.finalize()
+        (found,) = STREAMED.findall(server.log())
+        assert found[0] == result.file_hex[:12] and int(found[1]) > SIZE - WITH_SHARD_BELOW
+        assert "upload stream broken" not in server.log()
