@@ -6,8 +6,9 @@ For each repeat, a fresh `git xet serve` on 127.0.0.1 and fresh caches: git-xet 
 file, hf-xet uploads the same file to another fresh server (no dedup between them), then each
 downloads its own upload back. Every upload and download runs in a process of its own, so
 its CPU (user + sys, all threads, interpreter start-up included for both clients) is measured
-exactly, with getrusage(RUSAGE_CHILDREN); the server's CPU per phase is read from /proc. Also
-times the agent from spawn to its `init` answer against a bare `python -c pass`. Prints
+exactly, with getrusage(RUSAGE_CHILDREN); the server's CPU per phase is read from /proc, and
+how long it took to answer the upload's shard (what a client waits for after its last xorb)
+from its access log. Also times the agent from spawn to its `init` answer against a bare `python -c pass`. Prints
 medians and ratios (ours/theirs: <= 1.0 means at least as fast, or as frugal).
 """
 
@@ -112,17 +113,34 @@ def _startup() -> tuple[float, float]:
     return agent, time.perf_counter() - t
 
 
+SHARD_PATHS = ("/v1/shards", "/v2/shards", "/v1/xorbs-and-shard")
+
+
+def shard_wait_ms(access_log: str) -> float:
+    """How long the server took to answer the upload's shard (the last one in the access log):
+    what the client waits for after its last xorb, the server's sha256 pass included."""
+    answers = []
+    for line in access_log.splitlines():
+        if '"path": ' in line:
+            record = json.loads(line.split(" ", 3)[-1])
+            if record["path"].removeprefix("/api") in SHARD_PATHS:
+                answers.append(record["ms"])
+    return answers[-1]
+
+
 def round_trip(who: str, src: Path, run: Path) -> dict[str, dict]:
     """Upload `src` with one client to a fresh server, download it back, check the bytes."""
-    with running_server(run / "data", "--log-level", "warning") as srv:
+    with running_server(run / "data") as srv:  # info: the access log's lines time the shard
         token = srv.token("write")
         out = run / "out.bin"
         pid = srv.process.pid
         if who == "ours":
             up, info = measured(pid, lambda: _ours("up", srv.url, token, str(src), out, run / "cache"))
+            up["shard_ms"] = shard_wait_ms(srv.log())
             down, _ = measured(pid, lambda: _ours("down", srv.url, token, json.dumps(info), out, run / "cache"))
         else:
             up, info = measured(pid, lambda: _theirs_up(srv.url, token, src, run))
+            up["shard_ms"] = shard_wait_ms(srv.log())
             down, _ = measured(pid, lambda: _theirs_down(srv.url, token, info, out, run))
         if subprocess.run(["cmp", "-s", str(src), str(out)], check=False).returncode != 0:
             raise RuntimeError(f"MISMATCH in {who}'s round trip")
@@ -149,6 +167,8 @@ def main() -> int:
                     samples.setdefault(f"{who}_{phase}", []).append(m["seconds"])
                     samples.setdefault(f"{who}_{phase}_cpu", []).append(m["client_cpu"])
                     samples.setdefault(f"{who}_{phase}_server_cpu", []).append(m["server_cpu"])
+                    if "shard_ms" in m:
+                        samples.setdefault(f"{who}_shard_ms", []).append(m["shard_ms"])
         for _ in range(max(5, args.repeats)):
             agent, bare = _startup()
             samples.setdefault("agent_init", []).append(agent)
@@ -164,6 +184,7 @@ def main() -> int:
         os_, ts = med[f"ours_{phase}_server_cpu"] / gib, med[f"theirs_{phase}_server_cpu"] / gib
         name = "upload" if phase == "up" else "download"
         print(f"{name:<10}{o:>10.2f}{mib / o:>8.0f}{t:>10.2f}{mib / t:>8.0f}{o / t:>7.2f}  {oc:>10.2f} vs {tc:>8.2f}{oc / tc:>7.2f}  {os_:>7.2f} vs {ts:>7.2f}")
+    print(f"server's answer to the upload's shard, after the last xorb: {med['ours_shard_ms']:.0f} ms vs hf-xet's {med['theirs_shard_ms']:.0f} ms")
     print(f"agent init {1000 * med['agent_init']:.0f} ms vs python -c pass {1000 * med['python_pass']:.0f} ms: {med['agent_init'] / med['python_pass']:.2f}x (target <= 2x)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
