@@ -21,6 +21,14 @@ if str(ROOT) not in sys.path:
 MIB = 1 << 20
 
 
+def settle_disk() -> None:
+    """Write back what earlier steps left dirty in the page cache (set-up files, the last run's
+    objects), so that a timed phase pays only for its own writes: both tools' servers fsync
+    what they store, and those fsyncs otherwise wait behind writeback of files the phase never
+    touched, by however much happened to be dirty at the time."""
+    os.sync()
+
+
 def timed(cmd: list[str], *, cwd: Path, env: dict[str, str], stderr_to: Path) -> dict:
     """Wall seconds of `cmd`; raises with its stderr when it fails."""
     start = time.perf_counter()

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import children_cpu, process_cpu  # noqa: E402
+from common import children_cpu, process_cpu, settle_disk  # noqa: E402
 
 from tests.support import hf_xet_oracle  # noqa: E402
 from tests.support.server_process import running_server  # noqa: E402
@@ -64,6 +64,7 @@ print(json.dumps(info))
 
 def measured(server_pid: int, fn: Callable[[], tuple[float, Any]]) -> tuple[dict, Any]:
     """Run one client process through `fn`: its wall seconds, its CPU and the server's CPU."""
+    settle_disk()
     client0, server0 = children_cpu(), process_cpu(server_pid)
     seconds, result = fn()
     return {"seconds": seconds, "client_cpu": children_cpu() - client0, "server_cpu": process_cpu(server_pid) - server0}, result
