@@ -88,6 +88,15 @@ def write_random_file(path: Path, size: int, seed: int) -> None:
             out.write(rng.randbytes(min(64 * MIB, left)))
 
 
+def model_files(directory: Path, files: int, file_mib: int) -> list[Path]:
+    """`files` random files of `file_mib` MiB in `directory`, `model-<i>.bin`, each from seed i
+    (the same bytes in every script and run)."""
+    paths = [directory / f"model-{i}.bin" for i in range(files)]
+    for i, path in enumerate(paths):
+        write_random_file(path, file_mib * MIB, seed=i)
+    return paths
+
+
 def edit_file(path: Path, seed: int) -> None:
     """The v2 of a file: 1% overwritten in ten places, plus a 1 KiB insertion near the start
     that shifts everything after it (what fixed-size blocks cannot deduplicate)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, process_cpu, settle_disk, timed, write_json, write_random_file
+from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, settle_disk, timed, write_json
 
 from tests.support.gitenv import agent_peak_rss, make_git_env, record_agent_rss
 from tests.support.server_process import running_server
@@ -109,10 +109,7 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_r
     results: dict[str, list[dict]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
         base = Path(tmp)
-        sources = []
-        for i in range(files):
-            sources.append(base / f"model-{i}.bin")
-            write_random_file(sources[-1], file_mib * MIB, seed=i)
+        sources = model_files(base, files, file_mib)
         for r in range(repeats):
             order = tools if r % 2 == 0 else tuple(reversed(tools))
             for tool in order:

@@ -30,18 +30,17 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, lfs_repo_with, machine, settle_disk, write_random_file
-from git_e2e import plain_lfs_server
+from common import lfs_repo_with, machine, model_files, settle_disk
+from git_e2e import tool_remote
 
-from tests.support.gitenv import GitEnv, make_git_env
-from tests.support.server_process import running_server
+from tests.support.gitenv import make_git_env
 
 IDLE_BELOW = 50.0  # percent of one core: the machine is "mostly idle" below this
 
@@ -163,7 +162,8 @@ def summarize(name: str, seconds: float, samples: list[Sample], transfers_end: f
     print(f"  mostly idle (< {IDLE_BELOW:.0f}% of one core) for {summary['mostly_idle_seconds']:.2f} s, with {summary['disk_waits_while_idle']} thread samples waiting for the disk")
     for part, shares in summary["shares"].items():
         if shares:
-            print(f"  running threads {part} the last request: " + ", ".join(f"{g} {v:.0%}" for g, v in shares.items()))
+            when = f" {part} the last request" if transfers_end is not None else ""
+            print(f"  running threads{when}: " + ", ".join(f"{g} {v:.0%}" for g, v in shares.items()))
     if verbose:
         for s in samples:
             print(f"    +{s.at:5.2f} {s.busy:4.0f}% {dict(s.running.most_common())} disk waits {s.disk_waits}")
@@ -174,12 +174,9 @@ def run(tool: str, files: int, file_mib: int, interval: float, verbose: bool) ->
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-timeline-") as tmp:
         base = Path(tmp)
-        sources = []
-        for i in range(files):
-            sources.append(base / f"model-{i}.bin")
-            write_random_file(sources[-1], file_mib * MIB, seed=i)
+        sources = model_files(base, files, file_mib)
         genv = make_git_env(base)
-        with _remote(tool, base, genv) as (server_pid, log_text):
+        with tool_remote(tool, base, genv, None) as (log, server_pid):
             work = lfs_repo_with(genv, base, sources)
             phases = [("push", ["git", "push", "-q", "origin", "main"], work), ("clone", ["git", "clone", "-q", str(base / "remote.git"), str(base / "clone")], base)]
             for name, cmd, cwd in phases:
@@ -189,26 +186,10 @@ def run(tool: str, files: int, file_mib: int, interval: float, verbose: bool) ->
                     subprocess.run(cmd, cwd=cwd, env=genv.env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 seconds = time.perf_counter() - start
                 time.sleep(0.3)  # a request's line is logged just after its response went out
-                text = log_text()
-                last = last_request_end(text, wall_start) if text is not None else None
+                # Only git xet serve's log has each request's time; the plain LFS server's has none.
+                last = last_request_end(log.path.read_text(errors="replace"), wall_start) if tool == "git-xet" else None
                 results[name] = summarize(name, seconds, samples, None if last is None else last - wall_start, verbose)
     return results
-
-
-@contextmanager
-def _remote(tool: str, base: Path, genv: GitEnv) -> Iterator[tuple[int, Callable[[], str | None]]]:
-    """The tool's server, configured as git_e2e configures it: (its pid, a callable giving its
-    access log's text, or None where there is none to time requests by)."""
-    if tool == "git-xet":
-        with running_server(base / "server" / "data") as server:
-            genv.git_xet("install", "--standalone", server.url)
-            genv.git("config", "--global", "xet.token", server.token("write"))
-            yield server.process.pid, server.log
-    else:
-        with plain_lfs_server(base / "lfs-server") as (url, _log, pid):
-            genv.git("lfs", "install")
-            genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
-            yield pid, lambda: None
 
 
 def main() -> int:
