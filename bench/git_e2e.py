@@ -4,7 +4,7 @@ vs stock git-lfs `basic` transfers to a plain LFS server, same files, same run.
     python bench/git_e2e.py [--files 3] [--file-mib 256] [--repeats 3] [--tools git-xet,git-lfs] [--json OUT]
 
 Each repeat starts fresh servers, a fresh HOME and fresh caches, and each timed phase starts
-with the page cache written back (common.settle_disk). Per tool: push v1 of
+with the page cache written back (common.timed). Per tool: push v1 of
 `--files` random files, clone it (smudge downloads everything), then push v2 with one file
 edited (1% in ten places plus a 1 KiB insertion). Reports median wall time, CPU seconds
 (user + sys) of the git command's whole process tree (git, git-lfs, our agents) and of the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, settle_disk, timed, write_json
+from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, timed, write_json
 
 from tests.support.gitenv import agent_peak_rss, make_git_env, record_agent_rss
 from tests.support.server_process import running_server
@@ -79,7 +79,6 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
         result: dict = {}
 
         def phase(name: str, cmd: list[str], cwd: Path) -> None:
-            settle_disk()
             log.mark()
             if rss_file is not None:
                 rss_file.write_text("")
