@@ -53,7 +53,7 @@ def process_times(pid: int) -> tuple[float, float]:
     server's workers) have used so far, from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
     user = sys_ = 0
-    for each in _process_tree(pid):
+    for each in process_tree(pid):
         try:
             fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
         except FileNotFoundError:  # exited meanwhile
@@ -63,7 +63,7 @@ def process_times(pid: int) -> tuple[float, float]:
     return user / tick, sys_ / tick
 
 
-def _process_tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """`pid` and its descendants, from /proc/<pid>/task/<tid>/children."""
     tree, todo = [], [pid]
     while todo:

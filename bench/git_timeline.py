@@ -5,7 +5,7 @@ processes ran, sampled while they run, against the moment our agents' last reque
 
 A diagnostic for bench/git_e2e.py, whose ratios say how long, not why. Each phase starts with
 the page cache written back (common.settle_disk), as there. Every `--interval` seconds it reads
-/proc: the share of both cores in use, and each thread that is running (R) or waiting for the
+/proc: the share of the cores in use, and each thread that is running (R) or waiting for the
 disk (D), by process: `server` (the server and its threads), `agent` (our transfer agents),
 `git-lfs`, `git`, or `other`. It reports per phase:
 
@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import lfs_repo_with, machine, model_files, settle_disk
+from common import lfs_repo_with, machine, model_files, process_tree, settle_disk
 from git_e2e import tool_remote
 
 from tests.support.gitenv import make_git_env
@@ -47,7 +47,7 @@ IDLE_BELOW = 50.0  # percent of one core: the machine is "mostly idle" below thi
 
 class Sample(NamedTuple):
     at: float  # seconds since the phase started
-    busy: float  # percent of one core (200 = both cores busy)
+    busy: float  # percent of one core (100 x cores = every core busy)
     running: Counter[str]  # process group -> threads running
     disk_waits: int  # threads waiting for the disk
 
@@ -56,24 +56,6 @@ def _cpu_ticks() -> tuple[int, int]:
     """(busy, total) jiffies of the machine so far (idle and iowait count as not busy)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return sum(fields) - fields[3] - fields[4], sum(fields)
-
-
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def _group(pid: int, comm: str, server: set[int]) -> str:
@@ -112,11 +94,12 @@ def sampling(interval: float, server_pid: int) -> Iterator[list[Sample]]:
     start = time.monotonic()
 
     def run() -> None:
-        server = _descendants(server_pid)
+        server = set(process_tree(server_pid))
+        cores = os.cpu_count() or 1
         before = _cpu_ticks()
         while not stop.wait(interval):
             now = _cpu_ticks()
-            busy = 200.0 * (now[0] - before[0]) / max(1, now[1] - before[1])
+            busy = 100.0 * cores * (now[0] - before[0]) / max(1, now[1] - before[1])
             before = now
             running, disk_waits = _threads(server)
             samples.append(Sample(time.monotonic() - start, busy, running, disk_waits))
