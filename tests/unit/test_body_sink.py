@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.requests import Request
 
+from git_xet.server import http_guard
 from git_xet.server.errors import RequestRefused
 from git_xet.server.http_guard import BODY_INTO, BodySink
 from git_xet.server.http_io import body_into
@@ -77,6 +78,24 @@ def served() -> Iterator[tuple[int, Handlers]]:
     handlers = Handlers()
     with guarded_uvicorn(handlers) as port:
         yield port, handlers
+
+
+@pytest.fixture()
+def read_directly() -> Iterator[list[int]]:
+    """The sizes of the reads the socket made straight into a sink's buffer (http_guard's
+    BufferedProtocol), while the test runs."""
+    reads: list[int] = []
+    original = http_guard._DirectBody.buffer_updated
+
+    def counted(self, nbytes: int) -> None:
+        reads.append(nbytes)
+        original(self, nbytes)
+
+    http_guard._DirectBody.buffer_updated = counted  # type: ignore[method-assign]
+    try:
+        yield reads
+    finally:
+        http_guard._DirectBody.buffer_updated = original  # type: ignore[method-assign]
 
 
 def _head(path: str, length: int | None) -> bytes:
@@ -191,6 +210,35 @@ def test_a_pipelined_request_keeps_its_own_body(served: tuple[int, Handlers], fi
     assert set(handlers.buffers[-2][len(one) :]) == {SENTINEL}
 
 
+def test_a_declared_body_sent_after_the_handler_asked_is_read_straight_into_its_buffer(served: tuple[int, Handlers], read_directly: list[int]) -> None:
+    """And the connection's next request is parsed as usual (a fresh parser takes over)."""
+    port, _ = served
+    body = hashlib.shake_256(b"direct").digest(LIMIT)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(_head("/take", len(body)))
+        time.sleep(HOLD / 3)  # the handler has asked for the body: none of it has arrived
+        sock.sendall(body)
+        [first] = _answers(sock, 1)
+        assert sum(read_directly) == len(body)
+        sock.sendall(_head("/take", 3) + b"abc" + _head("/take", None) + _chunked(b"chunked"))
+        rest = _answers(sock, 2)
+    assert first == (200, {"received": len(body), "sha256": hashlib.sha256(body).hexdigest()})
+    assert rest == [(200, {"received": 3, "sha256": hashlib.sha256(b"abc").hexdigest()}), (200, {"received": 7, "sha256": hashlib.sha256(b"chunked").hexdigest()})]
+
+
+def test_a_chunked_body_goes_through_the_parser(served: tuple[int, Handlers], read_directly: list[int]) -> None:
+    """Its framing is the parser's to read: only a declared length can be read past it."""
+    port, _ = served
+    body = b"c" * (200 * KIB)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(_head("/take", None))
+        time.sleep(HOLD / 3)
+        sock.sendall(_chunked(body))
+        [(status, answer)] = _answers(sock, 1)
+    assert status == 200 and answer["received"] == len(body)
+    assert read_directly == []
+
+
 def test_elsewhere_the_parts_are_copied_in() -> None:
     """Under another ASGI server (no BODY_INTO), body_into copies each part into the buffer."""
     parts = [b"ab" * 1000, b"", b"cd" * 3000, b"e"]
@@ -227,3 +275,28 @@ def test_a_sink_counts_past_its_limit_without_writing_and_writes_nothing_once_cl
     assert closed.received == 4 and fresh == bytearray(16)
     with pytest.raises(ValueError):
         BodySink(bytearray(8), 9)
+
+
+@given(limit=st.integers(0, 64), reads=st.lists(st.integers(1, 40), max_size=8), close_after=st.integers(0, 8))
+def test_a_sinks_space_ends_at_its_limit_and_is_gone_once_closed(limit: int, reads: list[int], close_after: int) -> None:
+    """Bytes read into space() land right after what is in and never past the limit or after
+    close(); every byte read is counted, landed or not."""
+    buffer = bytearray([SENTINEL]) * 64
+    sink = BodySink(buffer, limit)
+    landed = bytearray()
+    read = 0
+    for number, most in enumerate(reads):
+        if number == close_after:
+            sink.close()
+        view = sink.space(most)
+        if view is not None:
+            assert 0 < len(view) <= most and sink.received + len(view) <= limit
+            data = bytes([number]) * len(view)
+            view[:] = data
+            landed += data
+        count = most if view is None else len(view)  # what a recv_into into it could read
+        sink.advance(count)
+        read += count
+    assert sink.received == read
+    assert buffer[: len(landed)] == landed and set(buffer[len(landed) :]) <= {SENTINEL}
+    assert len(landed) == min(limit, sum(reads[:close_after]))
