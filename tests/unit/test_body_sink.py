@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import aclosing
@@ -80,22 +81,38 @@ def served() -> Iterator[tuple[int, Handlers]]:
         yield port, handlers
 
 
+class DirectReads:
+    """What the protocol did while a test ran: the sizes of the reads the socket made straight
+    into a sink's buffer (http_guard's BufferedProtocol), and whether a handler has taken its
+    body into a sink yet."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.sink_taken = threading.Event()
+
+
 @pytest.fixture()
-def read_directly() -> Iterator[list[int]]:
-    """The sizes of the reads the socket made straight into a sink's buffer (http_guard's
-    BufferedProtocol), while the test runs."""
-    reads: list[int] = []
-    original = http_guard._DirectBody.buffer_updated
+def direct_reads() -> Iterator[DirectReads]:
+    seen = DirectReads()
+    protocol, reader = http_guard.GuardedHttpToolsProtocol, http_guard._DirectBody
+    body_into, buffer_updated = protocol._body_into, reader.buffer_updated
+
+    def taking(self, *args):
+        sink = body_into(self, *args)
+        seen.sink_taken.set()
+        return sink
 
     def counted(self, nbytes: int) -> None:
-        reads.append(nbytes)
-        original(self, nbytes)
+        seen.sizes.append(nbytes)
+        buffer_updated(self, nbytes)
 
-    http_guard._DirectBody.buffer_updated = counted  # type: ignore[method-assign]
+    protocol._body_into = taking  # type: ignore[method-assign]
+    reader.buffer_updated = counted  # type: ignore[method-assign]
     try:
-        yield reads
+        yield seen
     finally:
-        http_guard._DirectBody.buffer_updated = original  # type: ignore[method-assign]
+        protocol._body_into = body_into  # type: ignore[method-assign]
+        reader.buffer_updated = buffer_updated  # type: ignore[method-assign]
 
 
 def _head(path: str, length: int | None) -> bytes:
@@ -210,33 +227,33 @@ def test_a_pipelined_request_keeps_its_own_body(served: tuple[int, Handlers], fi
     assert set(handlers.buffers[-2][len(one) :]) == {SENTINEL}
 
 
-def test_a_declared_body_sent_after_the_handler_asked_is_read_straight_into_its_buffer(served: tuple[int, Handlers], read_directly: list[int]) -> None:
+def test_a_declared_body_sent_after_the_handler_asked_is_read_straight_into_its_buffer(served: tuple[int, Handlers], direct_reads: DirectReads) -> None:
     """And the connection's next request is parsed as usual (a fresh parser takes over)."""
     port, _ = served
     body = hashlib.shake_256(b"direct").digest(LIMIT)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(_head("/take", len(body)))
-        time.sleep(HOLD / 3)  # the handler has asked for the body: none of it has arrived
-        sock.sendall(body)
+        assert direct_reads.sink_taken.wait(10), "the handler never took its body"
+        sock.sendall(body)  # none of it arrived before the handler took it
         [first] = _answers(sock, 1)
-        assert sum(read_directly) == len(body)
+        assert sum(direct_reads.sizes) == len(body)
         sock.sendall(_head("/take", 3) + b"abc" + _head("/take", None) + _chunked(b"chunked"))
         rest = _answers(sock, 2)
     assert first == (200, {"received": len(body), "sha256": hashlib.sha256(body).hexdigest()})
     assert rest == [(200, {"received": 3, "sha256": hashlib.sha256(b"abc").hexdigest()}), (200, {"received": 7, "sha256": hashlib.sha256(b"chunked").hexdigest()})]
 
 
-def test_a_chunked_body_goes_through_the_parser(served: tuple[int, Handlers], read_directly: list[int]) -> None:
+def test_a_chunked_body_goes_through_the_parser(served: tuple[int, Handlers], direct_reads: DirectReads) -> None:
     """Its framing is the parser's to read: only a declared length can be read past it."""
     port, _ = served
     body = b"c" * (200 * KIB)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(_head("/take", None))
-        time.sleep(HOLD / 3)
+        assert direct_reads.sink_taken.wait(10), "the handler never took its body"
         sock.sendall(_chunked(body))
         [(status, answer)] = _answers(sock, 1)
     assert status == 200 and answer["received"] == len(body)
-    assert read_directly == []
+    assert direct_reads.sizes == []
 
 
 def test_elsewhere_the_parts_are_copied_in() -> None:
