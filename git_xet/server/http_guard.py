@@ -32,6 +32,7 @@ import asyncio
 import asyncio.selector_events
 import functools
 import mmap
+from collections.abc import Iterable
 from typing import BinaryIO, cast
 
 import httptools
@@ -94,9 +95,8 @@ class _DirectBody(asyncio.BufferedProtocol):
     pipelined request's bytes stay in the socket for the HTTP protocol, which takes the
     connection back after the body's last byte."""
 
-    def __init__(self, owner: GuardedHttpToolsProtocol, cycle: RequestResponseCycle, sink: BodySink, remaining: int) -> None:
+    def __init__(self, owner: GuardedHttpToolsProtocol, sink: BodySink, remaining: int) -> None:
         self.owner = owner
-        self.cycle = cycle
         self.sink = sink
         self.remaining = remaining
         self.discard = bytearray(0)
@@ -112,7 +112,7 @@ class _DirectBody(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self.sink.advance(nbytes)
         self.remaining -= nbytes
-        self.owner.body_read_directly(self.cycle, nbytes, done=self.remaining == 0)
+        self.owner.body_read_directly(nbytes, done=self.remaining == 0)
 
     def eof_received(self) -> None:
         self.owner.eof_received()
@@ -137,8 +137,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._header_timer: asyncio.TimerHandle | None = None
         self._sink: tuple[RequestResponseCycle, BodySink] | None = None
-        self._body_length: int | None = None  # the current message's Content-Length (None: chunked, or none)
-        self._body_seen = 0  # bytes of its body read so far, by the parser or directly
+        self._body_seen = 0  # bytes of the current message's body read so far, by the parser or directly
         self._start_headers()
 
     def _start_headers(self) -> None:
@@ -173,13 +172,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._body_length = None
         self._body_seen = 0
         self._start_headers()
 
     def on_headers_complete(self) -> None:
         self._stop_headers()
-        self._body_length = _declared_length(self.headers)
         super().on_headers_complete()
         cycle: RequestResponseCycle | None = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # else no request to run (an upgrade)
@@ -196,11 +193,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             cycle.body = type(cycle.body)()
         if not cycle.more_body:  # it is all in: on_body has nothing more for this sink
             return sink
-        remaining = None if self._body_length is None else self._body_length - self._body_seen
+        length = _declared_length(cycle.scope["headers"])
+        remaining = None if length is None else length - self._body_seen
         # The parser's current message is `cycle`'s (its body is not over, so no later one has
         # begun), and its length is known: the socket can read the rest into the sink.
         if remaining and cycle is self.cycle and self._reads_into_buffers():
-            self.transport.set_protocol(_DirectBody(self, cycle, sink, remaining))
+            self.transport.set_protocol(_DirectBody(self, sink, remaining))
         else:
             self._sink = (cycle, sink)
         return sink
@@ -210,10 +208,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         socket transport does (a selector loop's, without TLS); we do not count on others."""
         return self.scheme == "http" and isinstance(self.loop, asyncio.selector_events.BaseSelectorEventLoop)
 
-    def body_read_directly(self, cycle: RequestResponseCycle, count: int, done: bool) -> None:
-        """_DirectBody read `count` more bytes of `cycle`'s body (`done`: its last). The parser
-        waits for a body it never saw: a fresh one (configured as uvicorn configures its own)
-        parses the connection's next request."""
+    def body_read_directly(self, count: int, done: bool) -> None:
+        """_DirectBody read `count` more bytes of the current request's body (`done`: its last;
+        no other message begins meanwhile: the parser sees nothing). The parser waits for a
+        body it never saw: a fresh one (configured as uvicorn configures its own) parses the
+        connection's next request."""
         self._unset_keepalive_if_required()
         self._body_seen += count
         if done:
@@ -221,7 +220,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.parser = httptools.HttpRequestParser(self)
             self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
             self.on_message_complete()
-        cycle.message_event.set()
+        self.cycle.message_event.set()
 
     async def _send_file(self, cycle: RequestResponseCycle, file: BinaryIO, offset: int, count: int, idle_timeout: float) -> int:
         """Send `count` bytes of `file` from `offset` as (part of) the body of `cycle`'s
@@ -267,9 +266,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
-def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+def _declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
     """The Content-Length of a message with these (lower-cased) headers; None when its body is
     chunked or its length is not one plain number (the parser refuses such a message)."""
+    headers = list(headers)
     lengths = [value.strip() for name, value in headers if name == b"content-length"]
     if len(lengths) != 1 or not lengths[0].isdigit() or any(name == b"transfer-encoding" for name, _ in headers):
         return None
