@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, timed, write_json
 
 from tests.support.gitenv import agent_peak_rss, make_git_env, record_agent_rss
+from git_xet.server.workers import default_workers
 from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
@@ -47,12 +48,12 @@ def plain_lfs_server(data: Path) -> Iterator[tuple[str, RequestLog, int]]:
 
 
 @contextmanager
-def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_workers: int = 1) -> Iterator[tuple[RequestLog, int]]:
+def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_workers: int | None = None) -> Iterator[tuple[RequestLog, int]]:
     """Configure `genv` (global git config of a temp HOME) to push LFS objects with `tool`;
     with `agent_rss`, each agent's peak RSS is appended to that file. Yields the server's
     request log and process id."""
     if tool == "git-xet":
-        with running_server(root / "server" / "data", "--workers", str(server_workers)) as srv:
+        with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             if agent_rss is not None:
@@ -65,7 +66,7 @@ def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_work
             yield log, pid
 
 
-def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, agent_rss: bool = False, server_workers: int = 1) -> dict:
+def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, agent_rss: bool = False, server_workers: int | None = None) -> dict:
     """push, clone (unless clone=False) and push_v2 for one tool: {phase: measurements}.
 
     With agent_rss (git-xet only), agents run under a wrapper that records their peak RSS;
@@ -104,7 +105,7 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
     return result
 
 
-def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool, server_workers: int = 1) -> dict:
+def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool, server_workers: int | None = None) -> dict:
     results: dict[str, list[dict]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
         base = Path(tmp)
@@ -115,7 +116,7 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_r
                 root = base / f"{tool}-{r}"
                 results[tool].append(run_tool(tool, root, sources, agent_rss=agent_rss, server_workers=server_workers))
                 shutil.rmtree(root, ignore_errors=True)
-    summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "agent_rss": agent_rss, "server_workers": server_workers, "machine": machine(), "tools": {}}
+    summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "agent_rss": agent_rss, "server_workers": server_workers or default_workers(), "machine": machine(), "tools": {}}
     for tool, runs in results.items():
         summary["tools"][tool] = {
             phase: {key: median([run[phase][key] for run in runs]) for key in PHASE_KEYS}
@@ -148,7 +149,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--agent-rss", action="store_true", help="record each agent's peak RSS (adds a wrapper process per agent)")
-    parser.add_argument("--server-workers", type=int, default=1, help="git xet serve --workers")
+    parser.add_argument("--server-workers", type=int, default=default_workers(), help="git xet serve --workers (default: its default, %(default)s here)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)

@@ -2,7 +2,7 @@
 of 4-64 KiB, through git-xet into `git xet serve`, through git-xet into a local directory store,
 and through stock git-lfs `basic` to a plain LFS server, same files, same run.
 
-    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local] [--server-workers 1] [--json OUT]
+    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local] [--server-workers 2] [--json OUT]
 
 Besides wall seconds, each phase reports the CPU seconds (user + sys) of the client (git and
 every process it started: git-lfs, the agents) and of the server process (none for the local
@@ -31,6 +31,7 @@ from common import children_cpu, lfs_repo_with, machine, median, process_cpu, ti
 from git_e2e import plain_lfs_server
 
 from tests.support.gitenv import GitEnv, make_git_env
+from git_xet.server.workers import default_workers
 from tests.support.server_process import running_server
 
 TOOLS = ("git-lfs", "git-xet", "git-xet-local")
@@ -38,10 +39,10 @@ KIB = 1024
 
 
 @contextmanager
-def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int = 1) -> Iterator[int | None]:
+def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None = None) -> Iterator[int | None]:
     """Configure `genv` for `tool`'s remote; yields the server's pid (None: no server)."""
     if tool == "git-xet":
-        with running_server(root / "server" / "data", "--workers", str(server_workers)) as srv:
+        with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             yield srv.process.pid
@@ -69,7 +70,7 @@ PHASES = ("push", "clone")
 MEASURES = ("seconds", "client_cpu", "server_cpu")
 
 
-def run_tool(tool: str, root: Path, sources: list[Path], server_workers: int = 1) -> dict[str, dict[str, float]]:
+def run_tool(tool: str, root: Path, sources: list[Path], server_workers: int | None = None) -> dict[str, dict[str, float]]:
     genv = make_git_env(root)
     commands = {
         "push": (["git", "push", "-q", "origin", "main"], None),
@@ -102,7 +103,7 @@ def compile_bytecode() -> None:
     compileall.compile_dir(Path(git_xet.__file__).parent, quiet=1)
 
 
-def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int = 1) -> dict:
+def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int | None = None) -> dict:
     compile_bytecode()
     results: dict[str, list[dict[str, dict[str, float]]]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-files-") as tmp:
@@ -114,7 +115,7 @@ def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int = 
                 root = base / f"{tool}-{r}"
                 results[tool].append(run_tool(tool, root, sources, server_workers))
                 shutil.rmtree(root, ignore_errors=True)
-    summary: dict = {"files": files, "repeats": repeats, "server_workers": server_workers, "machine": machine(), "tools": {}}
+    summary: dict = {"files": files, "repeats": repeats, "server_workers": server_workers or default_workers(), "machine": machine(), "tools": {}}
     for tool, runs in results.items():
         summary["tools"][tool] = {phase: median([run[phase]["seconds"] for run in runs]) for phase in PHASES}
         summary["tools"][tool]["cpu"] = {
@@ -147,7 +148,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tools", default=",".join(TOOLS))
-    parser.add_argument("--server-workers", type=int, default=1, help="git xet serve --workers")
+    parser.add_argument("--server-workers", type=int, default=default_workers(), help="git xet serve --workers (default: its default, %(default)s here)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)

@@ -524,9 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--workers",
         type=_at_least_one,
-        default=1,
-        help="server processes sharing the port, each with its own Python interpreter: on a machine with spare cores, "
-        "2 or more serve pushes of many small files faster (default 1)",
+        default=None,
+        help="server processes sharing the port, each with its own Python interpreter: pushes of many small files go "
+        "faster with more (default 2, or 1 on a single core)",
     )
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_cmd_serve)

@@ -113,7 +113,7 @@ class CasApp:
         self._revoked_at = float("-inf")
         self._validations: asyncio.Semaphore | None = None
         self.receive_buffers = ReceiveBuffers()
-        self.upload_streams = UploadStreams(self.store.xorb_pieces)
+        self.upload_streams = UploadStreams(self.store.xorb_pieces, config.data_dir)
 
     async def revoked(self) -> frozenset[str]:
         """Revoked token ids, re-read from the index at most once a second (`git xet token

@@ -133,7 +133,7 @@ class Grants:
             if len(grant_id) != 32 or not all(c in "0123456789abcdef" for c in grant_id):
                 raise RequestRefused(404, "no such grant")
             if await in_worker(self._commit_staged, xorb, grant_id):
-                self.app.stored_in_stream(self.app.upload_stream(request, claims), xorb)
+                await in_worker(self.app.stored_in_stream, self.app.upload_stream(request, claims), xorb)  # its file, off the loop
         if await in_worker(self.app.store.xorb_layout, xorb) is None:
             raise RequestRefused(404, "no uploaded data for this grant")
         return JSONResponse({"was_inserted": True})

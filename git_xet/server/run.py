@@ -85,9 +85,14 @@ def serve(
     index_url: str | None = None,
     secret_file: Path | None = None,
     objects: str | None = None,
-    workers: int = 1,
+    workers: int | None = None,
 ) -> int:
     import uvicorn
+
+    from .workers import default_workers, run_workers
+
+    if workers is None:
+        workers = default_workers()
 
     if public_url is None and not is_loopback(host):
         # Without it, the Host header of each request would decide where clients are sent.
@@ -152,8 +157,6 @@ def serve(
         _collect_abandoned_uploads(app)
         serve_with(app)
         return 0
-    from .workers import run_workers
-
     app.state.cas.store.close()  # checked above; each worker opens its own connections after the fork
     # The collector's thread starts after the fork: a thread's locks must not be copied mid-use.
     return run_workers(workers, lambda: serve_with(create_app(config)), after_fork=lambda: _collect_abandoned_uploads(app))

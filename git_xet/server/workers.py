@@ -7,6 +7,11 @@ same socket (the kernel hands each new connection to one of them), sharing the d
 and the index as replicas do (SQLite's and the object store's writers already coordinate across
 processes: the agents of a local store are such processes).
 
+By default there are DEFAULT_WORKERS (fewer on a machine with fewer cores): a push of 1000
+small files took 1.89 s with two and 2.42 s with one on the 2-core reference machine
+(`python bench/many_files.py --server-workers W`), and a large file's push the same time, its
+xorbs' sha256 being shared between the workers (upload_streams).
+
 The parent only supervises: it forwards SIGTERM and SIGINT to the workers and waits for them.
 A worker that exits on its own (a crash, the out-of-memory killer) stops the others, and the
 parent exits non-zero, so a service manager notices and restarts the server, rather than the
@@ -26,6 +31,17 @@ from collections.abc import Callable
 from ..processes import die_with_parent
 
 log = logging.getLogger("git_xet.server")
+
+DEFAULT_WORKERS = 2
+
+
+def default_workers() -> int:
+    """DEFAULT_WORKERS, or the cores this process may run on if fewer."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(DEFAULT_WORKERS, cores))
 
 
 def run_workers(count: int, serve_one: Callable[[], None], after_fork: Callable[[], None] | None = None) -> int:

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, Protocol
 
 from ..core import hashes
 from ..core.errors import FormatError
@@ -80,6 +80,17 @@ def _read_pieces(layout: XorbLayout, chunk_start: int, chunk_end: int, piece: in
         first = stop
 
 
+class RunningSha256(Protocol):
+    """A sha256 being computed: hashlib's, or one resumed from a saved state
+    (server/sha256_state, for a stream that several server processes hashed)."""
+
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+    def copy(self) -> RunningSha256: ...
+
+    def hexdigest(self) -> str: ...
+
+
 class Sha256Prefix(NamedTuple):
     """A sha256 computed ahead of a shard: `digest` holds the decoded content of `xorbs`, whole
     and in this order (the server's upload streams compute it while a client's xorbs arrive,
@@ -87,7 +98,7 @@ class Sha256Prefix(NamedTuple):
     only the rest of its content hashed when its shard comes."""
 
     xorbs: tuple[bytes, ...]
-    digest: hashlib._Hash
+    digest: RunningSha256
 
 
 def _begins_with_whole(terms: Sequence[FileTerm], xorbs: Sequence[bytes], layouts: Mapping[bytes, XorbLayout]) -> bool:
@@ -397,7 +408,7 @@ class CasStore:
         A large file is read a few pieces ahead, in a thread of its own: the client waits for
         this pass (after its last xorb, before its `complete`), and reads and sha256 both
         release the GIL, so it then takes about as long as the sha256 alone."""
-        digest = hashlib.sha256()
+        digest: RunningSha256 = hashlib.sha256()
         rest = stored
         if prefix is not None and _begins_with_whole(stored.terms, prefix.xorbs, layouts):
             digest = prefix.digest.copy()

@@ -1,5 +1,6 @@
 """Upload streams end to end: our client numbers the xorbs of a large file, the real server
-hashes its sha256 while they arrive (directly posted or through upload grants), and the
+hashes its sha256 while they arrive (directly posted or through upload grants, into one
+server process or two), and the
 shard then only waits for the rest; a wrong oid is still refused, a client that names no
 stream (hf-xet) is verified as before, and another token holder cannot touch a client's
 stream."""
@@ -50,10 +51,13 @@ def _upload(server: RunningServer, path: Path, oid: str) -> str:
     return result.file_hex
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("grants", [True, False])
-def test_the_server_hashes_a_large_file_while_its_xorbs_arrive(tmp_path: Path, source: Path, grants: bool) -> None:
+def test_the_server_hashes_a_large_file_while_its_xorbs_arrive(tmp_path: Path, source: Path, grants: bool, workers: int) -> None:
+    """With two workers the xorbs may land in either: the stream is shared through the data
+    directory (tests/unit/test_upload_streams.py shows it across processes)."""
     oid = hashlib.sha256(source.read_bytes()).hexdigest()
-    with running_server(tmp_path / "data", *([] if grants else ["--no-upload-grants"])) as server:
+    with running_server(tmp_path / "data", "--workers", str(workers), *([] if grants else ["--no-upload-grants"])) as server:
         file_hex = _upload(server, source, oid)
         (found,) = STREAMED.findall(server.log())
         assert found[0] == file_hex[:12]
