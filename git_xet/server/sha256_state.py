@@ -31,8 +31,10 @@ _loading = threading.Lock()
 
 def _libcrypto_paths() -> list[str]:
     """The libcrypto this process already mapped for hashlib first, then the usual sonames."""
-    import _hashlib  # noqa: F401 - maps hashlib's libcrypto into this process
-
+    try:
+        import _hashlib  # noqa: F401 - maps hashlib's libcrypto into this process
+    except ImportError:  # a Python built without OpenSSL
+        pass
     paths = []
     try:
         for line in Path("/proc/self/maps").read_text().splitlines():
