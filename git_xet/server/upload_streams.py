@@ -119,6 +119,11 @@ class _State:
         assert len(header) <= HEADER_BYTES, "MAX_AHEAD bounds the header"
         return header.ljust(HEADER_BYTES)
 
+    def break_off(self) -> None:
+        """The stream is of no more use: nothing waits, nobody hashes."""
+        self.broken, self.hashing = True, None
+        self.waiting.clear()
+
     @classmethod
     def decode(cls, raw: bytes) -> _State:
         fields = json.loads(raw)
@@ -205,8 +210,8 @@ class UploadStreams:
                 continue
             try:
                 with open(entry.path, "rb") as f:
-                    used = json.loads(f.read(HEADER_BYTES))["used"]
-            except (OSError, ValueError, KeyError):  # being created, or damaged: by its age on disk
+                    used = _State.decode(f.read(HEADER_BYTES)).used
+            except (OSError, ValueError, KeyError, TypeError):  # being created, or damaged: by its age on disk
                 try:
                     used = entry.stat().st_mtime
                 except FileNotFoundError:
@@ -242,8 +247,7 @@ class UploadStreams:
             inline = held is not None and seq == expected and state.hashing is None
             if seq < expected or seq in state.waiting or seq >= missing + MAX_AHEAD or seq >= MAX_STREAM_XORBS or len(state.waiting) >= MAX_WAITING:
                 log.info("upload stream broken: xorb number %d arrived when %d was missing and %d waited", seq, missing, len(state.waiting))
-                state.broken = True
-                state.waiting.clear()
+                state.break_off()
                 self._save(opened)
                 return
             state.waiting[seq] = xorb_hash  # the one being hashed too, until it is: it has arrived
@@ -271,8 +275,7 @@ class UploadStreams:
             log.warning("upload stream broken: reading xorb back failed (%s)", exc)
             with self._locked(key, create=False) as opened:
                 if opened is not None:
-                    opened.state.broken, opened.state.hashing = True, None
-                    opened.state.waiting.clear()
+                    opened.state.break_off()
                     self._save(opened)
             return False
         with self._locked(key, create=False) as opened:
