@@ -116,7 +116,7 @@ class _State:
                 "broken": self.broken, "hashing": self.hashing, "used": self.used,
             }
         ).encode()  # fmt: skip
-        assert len(header) <= HEADER_BYTES, "MAX_AHEAD bounds the header"
+        assert len(header) <= HEADER_BYTES, "MAX_WAITING bounds the header (test_the_largest_state_fits_its_header)"
         return header.ljust(HEADER_BYTES)
 
     def break_off(self) -> None:
@@ -282,9 +282,7 @@ class UploadStreams:
             if opened is None:
                 return False  # its shard came and gave up waiting
             state = opened.state
-            if state.broken:
-                state.hashing = None
-                self._save(opened)
+            if state.broken:  # break_off() let go of the holder already
                 return False
             del state.waiting[state.hashed]
             state.digest = running.state
