@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import os
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 from git_xet.core import hashes
 from git_xet.core.shard import CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from git_xet.core.compression import CompressionScheme
+from git_xet.core.constants import MAX_CHUNK_SIZE
 from git_xet.core.xorb import XorbLayout, verify_xorb
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.storage.cas_store import CasStore
@@ -459,14 +461,14 @@ def test_an_index_from_a_newer_git_xet_is_refused(make_index) -> None:
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.integers(1, 2**32), st.integers(300_000, 3_000_000))
+@given(st.integers(1, 2**32), st.integers(MAX_CHUNK_SIZE * 3 + 1, 3_000_000))  # more than three chunks, whatever the cuts
 def test_the_index_does_not_grow_per_chunk(make_index, tmp_path: Path, seed: int, size: int) -> None:
     """A file of any number of chunks is one xorb row and one file row; its dedup rows are its
     first chunk and the chunks whose hash is eligible (u64_le(hash[24:32]) % 1024 == 0), even
     when the client flags every chunk as eligible."""
     data = random_bytes(size, seed)
     built, digest = single_xorb(data)
-    store = CasStore(tmp_path / f"objects-{seed}-{size}", index=make_index())
+    store = CasStore(tmp_path / f"objects-{seed}-{size}-{os.urandom(4).hex()}", index=make_index())  # a replayed example starts empty too
     assert store.put_xorb(hashes.hash_to_hex(built.xorb_hash), built.body)
     everything_flagged = [CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE] * len(built.chunk_hashes)
     cas = CasInfo.from_chunks(built.xorb_hash, built.chunk_hashes, built.chunk_sizes, len(built.body), everything_flagged)
