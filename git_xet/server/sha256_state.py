@@ -116,7 +116,10 @@ class ResumableSha256:
         if isinstance(data, bytes):
             self._lib.SHA256_Update(self._ctx, data, len(data))
         elif not view.readonly:  # a receive buffer's view: hashed in place
-            self._lib.SHA256_Update(self._ctx, (ctypes.c_char * view.nbytes).from_buffer(view), view.nbytes)
+            # The address of its first byte, not a `c_char * n` array over it: ctypes makes
+            # (and soon drops) a new array type for every length, ~8 us with the interpreter
+            # lock held, per chunk of every upload.
+            self._lib.SHA256_Update(self._ctx, ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes)
         else:  # a view of bytes (a chunk read back): ctypes takes no pointer to it, so a copy
             self._lib.SHA256_Update(self._ctx, bytes(view), view.nbytes)
 
