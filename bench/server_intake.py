@@ -3,8 +3,8 @@
     python bench/server_intake.py [--xorbs 8] [--parallel 2] [--repeats 3] [--json OUT]
 
 Builds `--xorbs` xorbs of 64 MiB of random data (stored raw, as model weights mostly are),
-then per repeat starts a fresh server on 127.0.0.1 and uploads them through upload grants
-(as the agent and hf-xet do), `--parallel` at a time. Reads the server's CPU (user + sys) and
+then per repeat starts a fresh server on 127.0.0.1 and uploads them as the agent and hf-xet
+do to a server keeping objects in its directory (`POST /v1/xorbs`), `--parallel` at a time. Reads the server's CPU (user + sys) and
 minor faults from /proc before and after. Page faults count work the kernel does for fresh
 memory; unlike CPU seconds they barely move when other jobs share the machine, so they are
 the figure to compare between two versions of the server on a busy host.

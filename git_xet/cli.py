@@ -221,7 +221,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections)
     return serve(
         args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl,
-        not args.no_upload_grants, limits, args.index, args.secret_file, objects=args.objects, workers=args.workers,
+        args.upload_grants, limits, args.index, args.secret_file, objects=args.objects, workers=args.workers,
     )  # fmt: skip
 
 
@@ -516,7 +516,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep xorbs and shards in an S3-compatible bucket (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... as for the AWS SDK); "
         "the index stays in --data (or --index). Upload grants then PUT straight to the bucket, downloads GET from it",
     )
-    serve.add_argument("--no-upload-grants", action="store_true", help="do not offer upload grants (clients then POST xorbs to /v1/xorbs)")
+    serve.add_argument(
+        "--upload-grants",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="offer upload grants (hf-xet's PUT of a xorb where the grant says, then a commit): auto (the default) "
+        "with --objects only, where the bytes then go straight to the bucket; always, also with objects in --data "
+        "(the PUT then comes back here: two more requests per xorb than a POST); never",
+    )
+    serve.add_argument("--no-upload-grants", dest="upload_grants", action="store_const", const="never", help="the same as --upload-grants never")
     serve.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client may take to send a request's headers")
     serve.add_argument("--max-header-bytes", type=int, default=64 * 1024, help="largest request header block accepted")
     serve.add_argument("--idle-timeout", type=float, default=60.0, help="seconds an upload or download may make no progress")

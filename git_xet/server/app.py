@@ -47,7 +47,7 @@ from ..storage.planning import plan_reconstruction
 from ..storage.s3 import S3ObjectStore, open_s3_objects
 from .auth import KINDS, Claims, Signer, load_secret, presented_token
 from .errors import RangeNotSatisfiable, RequestRefused, error_frame, exception_handlers, refusal
-from .grants import Grants
+from .grants import GrantMode, Grants
 from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResponse, read_body
 from .http_guard import BODY_INTO, SEND_FILE, BodySink
 from .hub import HubEmulation, hub_routes
@@ -86,12 +86,21 @@ class ServerConfig:
     public_url: str | None = None
     url_ttl: int = 3600
     cas_token_ttl: int = 900  # CAS tokens handed out by the Hub emulation (the Hub uses ~15 min)
-    upload_grants: bool = True  # offer hf-xet's upload-grant flow (else clients use POST /v1/xorbs)
+    upload_grants: GrantMode = "auto"  # whether to offer hf-xet's upload-grant flow: see offers_grants
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     # A shared index (postgresql://...) that replicas of this server use together; None: SQLite in data_dir.
     index_url: str | None = None
     secret_file: Path | None = None  # where the signing secret is, unless $GIT_XET_SERVER_SECRET
     objects: str | None = None  # s3://BUCKET[/PREFIX] for object bytes; None: files in data_dir
+
+    @property
+    def offers_grants(self) -> bool:
+        """A grant lets a xorb's bytes bypass this server: a presigned PUT straight to the
+        bucket. With objects in the data directory the grant's PUT comes back here, and each
+        xorb costs two more requests and a CRC-64 on each side than a POST to /v1/xorbs, for
+        nothing; "auto" offers grants only with a bucket. "always" offers them anyway (hf-xet's
+        grant flow end to end against a directory), "never" not even with a bucket."""
+        return self.upload_grants == "always" or (self.upload_grants == "auto" and self.objects is not None)
 
 
 def _hash_param(request: Request, name: str) -> str:

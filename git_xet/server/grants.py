@@ -7,7 +7,9 @@ the grant says (no CAS token), then commits it.
     POST /v1/xorb-commits/{prefix}/{xorb}/grant/{id}
         200 once the xorb is stored and verified; 404 when nothing arrived for the grant
 
-In directory mode the grant URL points at this server and carries its own signature over the
+A server offers grants where they save work: with `--objects s3://...` (`--upload-grants
+auto`, the default; see ServerConfig.offers_grants). With `--upload-grants always`, in directory
+mode the grant URL points at this server and carries its own signature over the
 xorb, length, checksum, expiry and grant id, so no grant state is kept (any replica can take
 the PUT). The PUT is checked against the signed length and checksum and the xorb verified
 before it is stored: nothing unverified is ever visible.
@@ -32,7 +34,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("git_xet.server")
 
+GrantMode = Literal["auto", "always", "never"]  # when a server offers grants: ServerConfig.offers_grants
 GRANT_TTL = 900  # seconds a grant's URL stays usable
 MAX_GRANT_REQUEST = 4096
 # A staged upload older than this was never committed: its URL expired long ago and clients
@@ -79,7 +82,7 @@ class Grants:
     async def grant(self, request: Request) -> Response:
         claims = await self.app.authorize(request, "write")
         xorb = self.app.hash_param(request, "xorb")
-        if crc64nvme is None or not self.app.config.upload_grants:
+        if crc64nvme is None or not self.app.config.offers_grants:
             raise RequestRefused(404, "upload grants are not offered; POST /v1/xorbs/{prefix}/{hash}")
         length, crc = _parse_grant_request(await self.app.read_body(request, MAX_GRANT_REQUEST))
         if await in_worker(self.app.store.xorb_layout, xorb) is not None:

@@ -16,6 +16,7 @@ from ..storage.errors import StorageError
 from ..storage.objects import DirectoryObjectStore
 from .app import ServerConfig, create_app
 from .errors import SecretError
+from .grants import GrantMode
 from .http_guard import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES, guarded_protocol
 from .http_io import DEFAULT_IDLE_TIMEOUT
 
@@ -80,7 +81,7 @@ def serve(
     url_ttl: int,
     log_level: str,
     cas_token_ttl: int = 900,
-    upload_grants: bool = True,
+    upload_grants: GrantMode = "auto",
     limits: Limits = Limits(),
     index_url: str | None = None,
     secret_file: Path | None = None,

@@ -182,7 +182,7 @@ def test_hub_style_negotiation_with_our_server(tmp_path: Path) -> None:
         _push_first_commit(g, files)
         log = srv.log()
         assert "/acme/model.git/info/lfs/objects/batch" in log
-        assert "/v1/xorb-uploads/" in log and "/v2/shards" in log
+        assert "/v1/xorbs/" in log and "/v2/shards" in log
         assert user_token not in log and user_token not in g.agent_log()
         g.git("clone", "remote.git", "clone2")
         assert (g.root / "clone2" / "data.bin").read_bytes() == files["data.bin"]

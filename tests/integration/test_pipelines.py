@@ -133,7 +133,7 @@ def test_interop_with_hf_xet_both_ways(server: RunningServer, tmp_path: Path) ->
 def test_transient_faults_are_retried(server: RunningServer, tmp_path: Path) -> None:
     data = random_bytes(8_000_000, 30)
     plan = FaultPlan(
-        error_503={"/v1/xorb-uploads/": 2, "/v2/shards": 1, "/v2/reconstructions/": 1},
+        error_503={"/v1/xorbs/": 2, "/v2/shards": 1, "/v2/reconstructions/": 1},
         error_429={"/v1/xorb-data/": 1},
         truncate={"/v1/xorb-data/": 2},
     )

@@ -105,7 +105,7 @@ def test_tokens_and_xorb_urls_expiring_mid_transfer_are_renewed(tmp_path: Path) 
     is met by a renewal, and the data arrives byte-exact."""
     g = make_git_env(tmp_path)
     files = {"weights.bin": random_bytes(5 * MIB, 21), "small.bin": random_bytes(10_000, 22)}
-    plan = FaultPlan(delay={"/v1/xorb-grants/": 1, "/v1/xorb-data/": 2}, delay_seconds=2.5)
+    plan = FaultPlan(delay={"/v1/xorbs/": 1, "/v1/xorb-data/": 2}, delay_seconds=2.5)
     with running_server(tmp_path / "srv" / "data", "--cas-token-ttl", "8", "--url-ttl", "2") as srv, fault_proxy(srv.url, plan) as proxy:
         user_token = srv.token("write", repo="acme/model")
         g.git_xet("install")  # no standalone mode: the server negotiates, as the Hub does
@@ -150,15 +150,15 @@ def _assert_not_exposed(srv_url: str, token: str, file_hex: str) -> None:
 
 
 def _xorb_uploads(srv: RunningServer) -> list[str]:
-    """The xorbs stored through upload grants (their PUTs), in order."""
-    return [e["path"] for e in _access_log(srv) if e["path"].startswith("/v1/xorb-uploads/") and e["status"] == 200]
+    """The xorbs uploaded (their POSTs: a directory server offers no grants), in order."""
+    return [e["path"] for e in _access_log(srv) if e["path"].startswith("/v1/xorbs/") and e["status"] == 200]
 
 
 def test_kill_9_agent_mid_push_then_the_next_push_resends_only_what_is_missing(tmp_path: Path) -> None:
     g = make_git_env(tmp_path)
     _retry_env(g)
     data = random_bytes(150 * MIB, 8)  # three xorbs
-    plan = FaultPlan(hold={"/v1/xorb-uploads/": 1})
+    plan = FaultPlan(hold={"/v1/xorbs/": 1})
     with running_server(tmp_path / "srv" / "data") as srv, fault_proxy(srv.url, plan) as proxy:
         g.git_xet("install", "--standalone", proxy)
         token = srv.token("write")
@@ -189,7 +189,7 @@ def test_kill_9_server_mid_push_then_restart_and_push_again(tmp_path: Path) -> N
     data = random_bytes(150 * MIB, 9)
     port = _free_port()
     data_dir = tmp_path / "srv" / "data"
-    plan = FaultPlan(hold={"/v1/xorb-uploads/": 1}, stall_seconds=5.0)
+    plan = FaultPlan(hold={"/v1/xorbs/": 1}, stall_seconds=5.0)
     with running_server(data_dir, port=port) as srv, fault_proxy(srv.url, plan) as proxy:
         g.git_xet("install", "--standalone", proxy)
         token = srv.token("write")

@@ -39,11 +39,11 @@ def _tmpfs_wrapper(size_mib: int) -> tuple[str, ...]:
 
 
 def _upload_statuses(server: RunningServer, count: int) -> list[int]:
-    """Statuses of the xorb PUTs in the access log, once `count` are there (a request's line is
+    """Statuses of the xorb uploads (POSTs) in the access log, once `count` are there (a request's line is
     written just after its response went out: wait for it, boundedly)."""
     deadline = time.monotonic() + 10
     while True:
-        lines = [line for line in server.log().splitlines() if '"path": "/v1/xorb-uploads/' in line]
+        lines = [line for line in server.log().splitlines() if '"path": "/v1/xorbs/' in line]
         if len(lines) >= count or time.monotonic() > deadline:
             return [json.loads(line.split(" ", 3)[-1])["status"] for line in lines]
         time.sleep(0.05)

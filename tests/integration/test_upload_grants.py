@@ -28,6 +28,9 @@ from tests.support.fault_proxy import FaultPlan, fault_proxy
 from tests.support.objects import single_xorb
 from tests.support.server_process import RunningServer, running_server
 
+# A directory server offers grants only when told to: by default only a bucket's grant saves work
+# (test_a_directory_server_offers_no_grants_by_default). These tests prove the flow itself.
+GRANTS_HERE = ("--upload-grants", "always")
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
 DATA = random_bytes(3_000_000, 21)
 
@@ -69,7 +72,7 @@ def test_crc64nvme_matches_its_reference_and_check_value() -> None:
 
 
 def test_our_client_uses_grants_where_offered_and_posts_where_not(tmp_path: Path) -> None:
-    with running_server(tmp_path / "grants" / "data") as server:
+    with running_server(tmp_path / "grants" / "data", *GRANTS_HERE) as server:
         _round_trip(server.url, server.token(), DATA)
         calls = _calls(server)
         assert calls[("POST", "xorb-grants", 201)] == 1
@@ -89,10 +92,30 @@ def test_our_client_uses_grants_where_offered_and_posts_where_not(tmp_path: Path
         assert calls[("POST", "xorbs", 200)] == 2
 
 
+def test_a_directory_server_offers_no_grants_by_default(tmp_path: Path) -> None:
+    """Its grant's PUT would come back to it: two more requests and a CRC-64 on each side per
+    xorb than a POST. Our client and hf-xet both take the 404 and POST."""
+    source = tmp_path / "model.bin"
+    source.write_bytes(DATA)
+    with running_server(tmp_path / "ours" / "data") as server:
+        _round_trip(server.url, server.token(), DATA)
+        calls = _calls(server)
+        assert calls[("POST", "xorb-grants", 404)] == 1 and calls[("POST", "xorbs", 200)] == 1
+        assert not any(kind in ("xorb-uploads", "xorb-commits") for _m, kind, _s in calls)
+    with running_server(tmp_path / "hf" / "data") as server:
+        (uploaded,) = hf_xet_oracle.remote_upload([source], server.url, server.token(), tmp_path / "hf-cache")
+        calls = _calls(server)
+        assert calls[("POST", "xorb-grants", 404)] >= 1 and calls[("POST", "xorbs", 200)] == 1
+        assert not any(kind in ("xorb-uploads", "xorb-commits") for _m, kind, _s in calls)
+        out = io.BytesIO()
+        download(HttpCasBackend(server.url, StaticToken(server.token("read"))), uploaded["hash"], out, sha256_hex=hashlib.sha256(DATA).hexdigest())
+        assert out.getvalue() == DATA
+
+
 def test_hf_xet_uploads_through_our_grants(tmp_path: Path) -> None:
     source = tmp_path / "model.bin"
     source.write_bytes(DATA)
-    with running_server(tmp_path / "data") as server:
+    with running_server(tmp_path / "data", *GRANTS_HERE) as server:
         token = server.token()
         (uploaded,) = hf_xet_oracle.remote_upload([source], server.url, token, tmp_path / "hf")
         calls = _calls(server)
@@ -113,7 +136,7 @@ def test_hf_xet_uploads_through_our_grants(tmp_path: Path) -> None:
     ],
 )
 def test_each_grant_fallback(tmp_path: Path, statuses: dict[str, list[int]], grants: int) -> None:
-    with running_server(tmp_path / "data") as server:
+    with running_server(tmp_path / "data", *GRANTS_HERE) as server:
         plan = FaultPlan(statuses={k: list(v) for k, v in statuses.items()})
         with fault_proxy(server.url, plan) as proxy:
             _round_trip(proxy, server.token(), DATA)
@@ -122,7 +145,7 @@ def test_each_grant_fallback(tmp_path: Path, statuses: dict[str, list[int]], gra
 
 
 def test_three_lost_grants_fail_the_upload_with_a_message(tmp_path: Path) -> None:
-    with running_server(tmp_path / "data") as server:
+    with running_server(tmp_path / "data", *GRANTS_HERE) as server:
         plan = FaultPlan(statuses={"/v1/xorb-uploads/": [403, 403, 403]})
         with fault_proxy(server.url, plan) as proxy:
             backend = HttpCasBackend(proxy, StaticToken(server.token()), policy=FAST_RETRY)
@@ -136,7 +159,7 @@ def test_puts_that_do_not_match_their_grant_are_refused(tmp_path: Path) -> None:
     body = bytes(built.body)
     xorb_hex = hashes.hash_to_hex(built.xorb_hash)
     assert crc64nvme is not None
-    with running_server(tmp_path / "data") as server:
+    with running_server(tmp_path / "data", *GRANTS_HERE) as server:
         auth = bearer(server.token())
 
         def grant(length: int, crc: int) -> dict:
@@ -167,7 +190,7 @@ def test_puts_that_do_not_match_their_grant_are_refused(tmp_path: Path) -> None:
 def test_small_xorbs_are_posted_directly_even_where_grants_are_offered(tmp_path: Path) -> None:
     """A grant's two extra round trips are not worth it below DIRECT_UPLOAD_BELOW bytes."""
     small = random_bytes(DIRECT_UPLOAD_BELOW // 2, 23)
-    with running_server(tmp_path / "data") as server:
+    with running_server(tmp_path / "data", *GRANTS_HERE) as server:
         _round_trip(server.url, server.token(), small)
         calls = _calls(server)
         assert calls[("POST", "xorbs", 200)] == 1

@@ -57,7 +57,7 @@ def test_the_server_hashes_a_large_file_while_its_xorbs_arrive(tmp_path: Path, s
     """With two workers the xorbs may land in either: the stream is shared through the data
     directory (tests/unit/test_upload_streams.py shows it across processes)."""
     oid = hashlib.sha256(source.read_bytes()).hexdigest()
-    with running_server(tmp_path / "data", "--workers", str(workers), *([] if grants else ["--no-upload-grants"])) as server:
+    with running_server(tmp_path / "data", "--workers", str(workers), "--upload-grants", "always" if grants else "never") as server:
         file_hex = _upload(server, source, oid)
         (found,) = STREAMED.findall(server.log())
         assert found[0] == file_hex[:12]
