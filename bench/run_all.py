@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -62,8 +63,17 @@ SCRIPT = {
 }
 
 
+def _shown_ratio(ratio: float, target: str, met: bool | None) -> str:
+    """Two decimals, or three where two would print the target's own bound beside a verdict
+    that says otherwise (1.004 against "<= 1.0" is not met, and shown as 1.004, not 1.00)."""
+    bound = re.match(r"<= ([0-9.]+)", target)
+    if met is False and bound is not None and float(f"{ratio:.2f}") <= float(bound.group(1)):
+        return f"{ratio:.3f}"
+    return f"{ratio:.2f}"
+
+
 def _row(name: str, ours: str, peer: str, ratio: float | None, target: str, met: bool | None) -> str:
-    shown = f"{ratio:.2f}" if ratio is not None else ""
+    shown = _shown_ratio(ratio, target, met) if ratio is not None else ""
     verdict = "" if met is None else ("yes" if met else "**no**")
     return f"| {name} | {ours} | {peer} | {shown} | {target} | {verdict} |"
 
