@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from ..core.reconstruction import FetchRange, Reconstruction
+from ..core.scattered import OutgoingBytes
 from ..core.shard import Shard
 
 
@@ -30,8 +31,9 @@ class XetBackend(Protocol):
         the oid git-lfs gave it without hashing the file again; a local directory, a bucket and
         the Hub take a shard's claim as given, so for them the uploader computes it."""
 
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
-        """Store a footerless xorb; True if it was new. Idempotent."""
+    def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
+        """Store a footerless xorb; True if it was new. Idempotent. A scattered body
+        (core/scattered.py) is sent as it lies where the store allows."""
 
     def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
         """Register the files of an upload-form shard; True if new. All xorbs must be stored.

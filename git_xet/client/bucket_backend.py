@@ -35,6 +35,7 @@ from typing import TypeVar
 from ..core import hashes
 from ..core.errors import FormatError
 from ..core.reconstruction import FetchRange, Reconstruction
+from ..core.scattered import OutgoingBytes, contiguous
 from ..core.shard import FileInfo, Shard, parse_shard
 from ..core.xorb import XorbFooter, XorbLayout, verify_xorb
 from ..fsutil import atomic_write
@@ -134,13 +135,13 @@ class BucketBackend:
     # ------------------------------------------------------------------ uploads
 
     # An UploadStream is ignored: a bucket takes a shard's sha256 claim as given (nothing to hash).
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
         self.check()
         key = CasStore.xorb_key(xorb_hex)
         if self._call(self.objects.exists, key):
             return False
         try:
-            verified = verify_xorb(body, hashes.hex_to_hash(xorb_hex))
+            verified = verify_xorb(contiguous(body), hashes.hex_to_hash(xorb_hex))
         except FormatError as exc:
             raise RejectedError(f"refusing to store xorb {xorb_hex}: {exc}") from None
         return self._call(self.objects.put_new, key, verified.body, verified.footer().serialize())

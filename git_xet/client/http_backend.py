@@ -14,6 +14,7 @@ from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex, hex_to_hash
 from ..core.http_headers import SESSION_ID, UPLOAD_STREAM, bearer, new_session_id
 from ..core.reconstruction import FetchRange, Reconstruction
+from ..core.scattered import OutgoingBytes, parts_of
 from ..core.shard import Shard, parse_shard
 from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from ..memory import xorb_range_windows
@@ -205,7 +206,7 @@ class HttpCasBackend:
         path: str,
         *,
         ok: tuple[int, ...] = (200,),
-        body: bytes | memoryview | None = None,
+        body: OutgoingBytes | None = None,
         json: Any = None,
         headers: dict[str, str] | None = None,
         answer_limit: int = MAX_ANSWER_BYTES,
@@ -235,7 +236,7 @@ class HttpCasBackend:
 
     # ------------------------------------------------------------------ uploads
 
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
         """Through an upload grant where the server offers them (as hf-xet >= 1.8 does: the
         bytes may go straight to object storage), else `POST /v1/xorbs`. Xorbs under
         DIRECT_UPLOAD_BELOW bytes are posted directly either way. The requests to the CAS
@@ -252,7 +253,7 @@ class HttpCasBackend:
         except (ValueError, KeyError, TypeError):
             raise TransferError("the server answered a xorb upload with something unexpected", retryable=True) from None
 
-    def _upload_granted(self, xorb_hex: str, body: bytes | memoryview, named: dict[str, str] | None) -> bool | None:
+    def _upload_granted(self, xorb_hex: str, body: OutgoingBytes, named: dict[str, str] | None) -> bool | None:
         """Grant, PUT, commit; True if this upload stored the xorb, False if it was already
         stored, None if the server offers no grants (then remembered for this backend).
 
@@ -262,7 +263,10 @@ class HttpCasBackend:
         """
         assert crc64nvme is not None
         what = f"upload grant for xorb {xorb_hex[:12]}"
-        payload = {"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc64nvme(body))}}
+        crc = 0
+        for part in parts_of(body):
+            crc = crc64nvme(part, crc)
+        payload = {"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc)}}
         for _ in range(MAX_GRANTS):
             resp = self._request(what, "POST", f"/v1/xorb-grants/default/{xorb_hex}", ok=(200, 201, 404), json=payload, headers=named)
             if resp.status_code == 404:
@@ -284,7 +288,7 @@ class HttpCasBackend:
             return put_status != 412
         raise TransferError(f"upload of xorb {xorb_hex[:12]}: {MAX_GRANTS} upload grants went unused (expired or lost)", retryable=True)
 
-    def _put_granted(self, xorb_hex: str, grant: _Grant, body: bytes | memoryview) -> int:
+    def _put_granted(self, xorb_hex: str, grant: _Grant, body: OutgoingBytes) -> int:
         """PUT the body where the grant says, with exactly its headers and no CAS token;
         transient failures are retried; returns the status (2xx, 403 or 412)."""
 

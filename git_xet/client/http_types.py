@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from .. import XetError
+from ..core.scattered import OutgoingBytes
 from .errors import TransferError
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ class HttpClient:
         url: str,
         *,
         headers: Mapping[str, str] | None = None,
-        body: bytes | memoryview | None = None,
+        body: OutgoingBytes | None = None,
         json: Any = None,
         stream: bool = False,
         limit: int | None = None,
@@ -282,7 +283,7 @@ class HttpClient:
             resp.read(limit)
         return resp
 
-    def _send(self, method: str, url: str, headers: dict[str, str], body: bytes | memoryview | None) -> Response:
+    def _send(self, method: str, url: str, headers: dict[str, str], body: OutgoingBytes | None) -> Response:
         """The answer to one request, redirects followed, its body not read yet."""
         raise NotImplementedError
 

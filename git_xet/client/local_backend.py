@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.reconstruction import FetchRange, Reconstruction
+from ..core.scattered import OutgoingBytes, contiguous
 from ..core.shard import Shard
 from ..storage.cas_store import CasStore
 from .backend import UploadStream
@@ -37,9 +38,9 @@ class LocalStoreBackend:
         self.store.close()
 
     # An UploadStream is ignored: this store takes a shard's sha256 claim as given (nothing to hash).
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
+    def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
         try:
-            return self.store.put_xorb(xorb_hex, body)
+            return self.store.put_xorb(xorb_hex, contiguous(body))  # verified in one buffer
         except StorageError as exc:
             raise from_storage_error(exc, str(self.root)) from None
 

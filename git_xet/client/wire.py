@@ -21,10 +21,11 @@ import io
 import select
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
+from ..core.scattered import OutgoingBytes, ScatteredBytes
 from .errors import TransferError
 from .http_types import (
     READ_PIECE,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     import ssl
 
 SEND_SLICE = 256 << 10  # a body is sent in slices of this many bytes, each within the write timeout
+SEND_PARTS = 512  # buffers per vectored write of a scattered body (Linux takes up to 1024)
 JOIN_BELOW = 64 << 10  # a body this small goes out in one send with the head
 MAX_HEAD_LINE = 64 << 10
 MAX_HEAD_FIELDS = 200
@@ -163,11 +165,14 @@ class Connection:
         except ValueError:  # closed: no descriptor to watch
             return False
 
-    def send(self, head: bytes, body: bytes | memoryview | None, timeout: float | None) -> None:
+    def send(self, head: bytes, body: OutgoingBytes | None, timeout: float | None) -> None:
         """The request, head then body. A server that stops reading mid-body and hangs up
         (a refusal, usually) is not an error here: its answer may say why."""
         self.sock.settimeout(timeout)
         try:
+            if isinstance(body, ScatteredBytes):
+                self._send_parts([head, *body.parts])
+                return
             if body is None or len(body) < JOIN_BELOW:
                 self.sock.sendall(head + bytes(body or b""))
                 return
@@ -181,6 +186,29 @@ class Connection:
             raise WriteTimeout(f"sending to {self.origin[1]}:{self.origin[2]} timed out: {exc}") from None
         except OSError as exc:
             raise WriteError(f"sending to {self.origin[1]}:{self.origin[2]} failed: {exc}") from None
+
+    def _send_parts(self, parts: list[bytes | memoryview]) -> None:
+        """`parts` in order, by vectored writes (each within the write timeout) where the
+        socket has them; TLS has none, so there they go in SEND_SLICE pieces (a part per
+        write would make a TLS record of each 8-byte chunk header)."""
+        if self.origin[0] == "https":
+            for piece in _coalesced(parts, SEND_SLICE):
+                self.sock.sendall(piece)
+            return
+        parts = [part for part in parts if len(part)]  # an empty part would never be "sent"
+        done, offset = 0, 0  # parts sent whole, bytes sent of the next
+        while done < len(parts):
+            batch = parts[done : done + SEND_PARTS]
+            if offset:
+                batch[0] = memoryview(batch[0])[offset:]
+            sent = self.sock.sendmsg(batch)
+            while sent:
+                left = len(parts[done]) - offset
+                if sent < left:
+                    offset += sent
+                    break
+                sent -= left
+                done, offset = done + 1, 0
 
     def _line(self) -> bytes:
         line = self.reader.readline(MAX_HEAD_LINE + 1)
@@ -355,6 +383,25 @@ class ConnectionBody:
             conn.close()
 
 
+def _coalesced(parts: list[bytes | memoryview], size: int) -> Iterator[bytes | memoryview]:
+    """`parts` regrouped: a part of `size` bytes or more as it is, smaller neighbours joined up
+    to about `size` bytes."""
+    pending = bytearray()
+    for part in parts:
+        if len(part) >= size:
+            if pending:
+                yield bytes(pending)
+                pending.clear()
+            yield part
+            continue
+        pending += part
+        if len(pending) >= size:
+            yield bytes(pending)
+            pending.clear()
+    if pending:
+        yield bytes(pending)
+
+
 def _readable_now(sock: socket.socket) -> bool:
     """Whether reading `sock` would not block (bytes, or its end). poll, where there is one:
     select cannot watch a descriptor numbered FD_SETSIZE (1024) or above, which a process
@@ -413,7 +460,7 @@ class _IdleConnections:
             conn.close()
 
 
-def redirected(method: str, status: int, headers: Mapping[str, str], body: bytes | memoryview | None, from_url: str, to_url: str) -> tuple[str, dict[str, str], bytes | memoryview | None]:
+def redirected(method: str, status: int, headers: Mapping[str, str], body: OutgoingBytes | None, from_url: str, to_url: str) -> tuple[str, dict[str, str], OutgoingBytes | None]:
     """The request a redirect asks for (as browsers, curl and httpx make it): 303, and 301/302
     after a POST, become a GET without a body; 307 and 308 repeat the request. Credentials are
     not sent to another origin."""
@@ -453,7 +500,7 @@ class Client(HttpClient):
     def is_closed(self) -> bool:
         return self._pool.closed
 
-    def _send(self, method: str, url: str, headers: dict[str, str], body: bytes | memoryview | None) -> Response:
+    def _send(self, method: str, url: str, headers: dict[str, str], body: OutgoingBytes | None) -> Response:
         given = {name.lower() for name in headers}
         merged = {name: value for name, value in self._headers.items() if name.lower() not in given} | headers
         for _ in range(MAX_REDIRECTS + 1):
@@ -467,7 +514,7 @@ class Client(HttpClient):
             url = next_url
         raise TransferError(f"more than {MAX_REDIRECTS} redirects from {split_url(url)[0][1]}", retryable=False)
 
-    def _exchange(self, method: str, url: str, headers: Mapping[str, str], body: bytes | memoryview | None) -> Response:
+    def _exchange(self, method: str, url: str, headers: Mapping[str, str], body: OutgoingBytes | None) -> Response:
         """One request and its answer's head, on an idle connection to the origin if there is
         one (sent again on a new one if the server had closed it), else on a new one."""
         origin, target = split_url(url)
@@ -486,7 +533,7 @@ class Client(HttpClient):
             conn.close()
             raise RemoteProtocolError(f"{origin[1]}:{origin[2]} closed the connection without answering") from None
 
-    def _on(self, conn: Connection, method: str, url: str, head: bytes, body: bytes | memoryview | None, *, reused: bool) -> Response:
+    def _on(self, conn: Connection, method: str, url: str, head: bytes, body: OutgoingBytes | None, *, reused: bool) -> Response:
         try:
             conn.send(head, body, self._timeouts.write)
             status, headers, keep_alive = conn.read_head(self._timeouts.read, reused=reused)

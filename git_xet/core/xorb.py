@@ -16,6 +16,7 @@ from .compression import CompressionScheme, compress_chunk, decompress, predict_
 from .constants import HASH_SIZE, MAX_CHUNK_SIZE, MAX_XORB_BYTES, MAX_XORB_CHUNKS
 from .errors import FormatError, HashMismatchError, TruncatedError
 from .hashes import XetHash, chunk_hash, hash_to_hex, xorb_hash
+from .scattered import ScatteredBytes
 
 CHUNK_HEADER_SIZE = 8
 CHUNK_FORMAT_VERSION = 0
@@ -243,7 +244,7 @@ class VerifiedXorb(NamedTuple):
     chunk_hashes: tuple[XetHash, ...]
     byte_ends: tuple[int, ...]  # where each chunk's record ends in the footerless body
     chunk_sizes: tuple[int, ...]  # uncompressed
-    body: bytes | memoryview  # a view when the builder wrote into a caller's buffer
+    body: bytes | memoryview
 
     def layout(self) -> XorbLayout:
         """The chunk list alone, to keep without pinning the body."""
@@ -299,14 +300,31 @@ def verify_xorb(data: bytes | memoryview, expected_hash: bytes | None = None) ->
     return VerifiedXorb(digest, hashes, tuple(r.end for r in parsed.records), sizes, body)
 
 
+class PackedXorb(NamedTuple):
+    """A xorb XorbBuilder packed into a caller's buffer: its chunk list, and its body as parts
+    (record headers and compressed payloads in the buffer, raw payloads where the caller has
+    them). What an uploader sends."""
+
+    xorb_hash: XetHash
+    chunk_hashes: tuple[XetHash, ...]
+    byte_ends: tuple[int, ...]  # where each chunk's record ends in the body
+    chunk_sizes: tuple[int, ...]  # uncompressed
+    body: ScatteredBytes
+
+
 class XorbBuilder:
     """Accumulates chunks into one xorb within the 64 MiB / 8192-chunk limits.
 
     Compression is decided once per CHUNKS_PER_COMPRESSION_DECISION chunks by the BG4
-    predictor; a chunk that does not shrink is stored raw. Records are written straight into
-    one buffer: give it a reusable `buffer` of MAX_XORB_BODY_BYTES (e.g. an anonymous mmap)
-    and `build()` returns a view into it, with no per-xorb allocation or copy; without one,
-    the builder grows its own and `build()` returns bytes.
+    predictor; a chunk that does not shrink is stored raw.
+
+    Without a buffer the builder grows its own and `build()` returns a contiguous body. Given
+    a reusable `buffer` of MAX_XORB_BODY_BYTES (e.g. an anonymous mmap), it writes only the
+    record headers and compressed payloads there; a chunk stored raw is referenced where the
+    caller has it, not copied, and `pack()` returns the body as parts (core/scattered.py).
+    The caller's chunk bytes must then stay unchanged until that body is released. If they
+    do not (a file rewritten during its upload), the bytes sent no longer match their hashes
+    and every store refuses the xorb: each verifies what it receives.
     """
 
     def __init__(self, buffer: bytearray | mmap.mmap | None = None) -> None:
@@ -314,6 +332,11 @@ class XorbBuilder:
             raise ValueError(f"a xorb buffer needs {MAX_XORB_BODY_BYTES} bytes, got {len(buffer)}")
         self._owns_buffer = buffer is None
         self._buffer: bytearray | mmap.mmap = bytearray() if buffer is None else buffer
+        # With a caller's buffer: the body's parts so far, and the run of buffer bytes
+        # [_run_start, _used) that becomes the next part.
+        self._parts: list[bytes | memoryview] = []
+        self._run_start = 0
+        self._used = 0
         self._hashes: list[XetHash] = []
         self._sizes: list[int] = []
         self._byte_ends: list[int] = []
@@ -357,38 +380,56 @@ class XorbBuilder:
             scheme, payload = compress_chunk(data, self._scheme)
         else:
             scheme, payload = CompressionScheme.NONE, data
-        start = self._body_size
-        end = start + CHUNK_HEADER_SIZE + len(payload)
         header = (CHUNK_FORMAT_VERSION | len(payload) << 8, scheme | size << 8)
         if self._owns_buffer:
             assert isinstance(self._buffer, bytearray)  # only a buffer of its own grows
             self._buffer += _CHUNK_HEADER.pack(*header)
             self._buffer += payload
         else:
-            _CHUNK_HEADER.pack_into(self._buffer, start, *header)
-            self._buffer[start + CHUNK_HEADER_SIZE : end] = payload
-        self._body_size = end
-        self._byte_ends.append(end)
+            self._write_record(header, payload, referenced=scheme is CompressionScheme.NONE)
+        self._body_size += CHUNK_HEADER_SIZE + len(payload)
+        self._byte_ends.append(self._body_size)
         self._hashes.append(digest if digest is not None else chunk_hash(data))
         self._sizes.append(size)
         self._unpacked_size += size
         return index
 
-    def build(self) -> VerifiedXorb:
-        """The finished xorb (body without footer, plus everything needed for its footer).
+    def _write_record(self, header: tuple[int, int], payload: bytes | memoryview, *, referenced: bool) -> None:
+        """The header into the buffer; the payload too, unless `referenced` (a raw chunk):
+        then the buffer's run so far becomes a part and the payload the next."""
+        _CHUNK_HEADER.pack_into(self._buffer, self._used, *header)
+        self._used += CHUNK_HEADER_SIZE
+        if referenced:
+            self._end_run()
+            self._parts.append(payload)
+        else:
+            self._buffer[self._used : self._used + len(payload)] = payload
+            self._used += len(payload)
 
-        With a caller's buffer the body is a view into it: valid until the buffer is reused.
-        """
+    def _end_run(self) -> None:
+        if self._used > self._run_start:
+            with memoryview(self._buffer) as whole:
+                self._parts.append(whole[self._run_start : self._used])  # outlives `whole`
+            self._run_start = self._used
+
+    def build(self) -> VerifiedXorb:
+        """The finished xorb (body without footer, plus everything needed for its footer), from
+        a builder with no caller's buffer."""
+        if not self._owns_buffer:
+            raise ValueError("a builder given a buffer packs its xorb as parts: pack()")
         if not self._hashes:
             raise ValueError("empty xorb")
+        return VerifiedXorb(*self._chunk_lists(), bytes(self._buffer))
+
+    def pack(self) -> PackedXorb:
+        """The finished xorb, from a builder given a buffer: its body is the buffer's runs
+        between the referenced raw payloads, valid until the buffer is reused."""
         if self._owns_buffer:
-            body: bytes | memoryview = bytes(self._buffer)
-        else:
-            body = memoryview(self._buffer)[: self._body_size]
-        return VerifiedXorb(
-            xorb_hash(self._hashes, self._sizes),
-            tuple(self._hashes),
-            tuple(self._byte_ends),
-            tuple(self._sizes),
-            body,
-        )
+            raise ValueError("a builder without a buffer builds a contiguous xorb: build()")
+        if not self._hashes:
+            raise ValueError("empty xorb")
+        self._end_run()
+        return PackedXorb(*self._chunk_lists(), ScatteredBytes(self._parts))
+
+    def _chunk_lists(self) -> tuple[XetHash, tuple[XetHash, ...], tuple[int, ...], tuple[int, ...]]:
+        return xorb_hash(self._hashes, self._sizes), tuple(self._hashes), tuple(self._byte_ends), tuple(self._sizes)

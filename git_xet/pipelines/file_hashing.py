@@ -106,7 +106,7 @@ class MappedFile:
             try:
                 self._map.close()
             except BufferError:
-                pass  # views kept alive by an exception's traceback; unmapped when they go
+                pass  # views still out (in an unsent xorb's body, an exception's traceback): unmapped when they go
         self._handle.close()
 
     def __enter__(self) -> MappedFile:

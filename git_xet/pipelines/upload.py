@@ -4,7 +4,9 @@ xorbs, upload xorbs in parallel, then one shard describing the files.
 Each file streams through one memory-mapped pass (its sha256 computed beside it, unless the
 store checks the sha256 it is told: see add_file): chunks are
 hashed, then placed a little behind: a run of chunks already stored somewhere becomes one term
-pointing there; new chunks go into the open xorb, whose upload starts as soon as it is full. `finalize()`
+pointing there; new chunks go into the open xorb, whose upload starts as soon as it is full. A chunk stored raw
+is not copied into the xorb: the xorb's body references it in the file's map, and is sent from
+there (XorbBuilder, core/scattered.py). `finalize()`
 makes everything added so far durable on the store (all xorbs, then the shard) and records it
 in the local shard cache.
 """
@@ -26,9 +28,10 @@ from ..client.backend import UploadStream, XetBackend
 from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
 from ..client.errors import MissingXorbsError, TransferError
 from ..client.shard_cache import ShardCache
+from ..core.constants import MAX_XORB_BYTES
 from ..core.hashes import XetHash, hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
-from ..core.xorb import MAX_XORB_BODY_BYTES, VerifiedXorb, XorbBuilder
+from ..core.xorb import MAX_XORB_BODY_BYTES, PackedXorb, XorbBuilder
 from ..memory import anonymous_buffer
 from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 
@@ -77,9 +80,10 @@ class _XorbBuffers:
     """A fixed number of reusable xorb-sized buffers, shared by the xorb being filled and the
     uploads in flight.
 
-    Anonymous maps cost resident memory only for the pages written, and reusing them spares
-    the page faults of a fresh 64 MiB allocation per xorb (on this kind of VM, first-touching
-    64 MiB costs ~0.1 s). No free buffer means packing waits: that bounds memory.
+    A buffer holds its xorb's record headers and compressed payloads (raw chunks stay in the
+    file's map). Anonymous maps cost resident memory only for the pages written, and reusing
+    them spares the page faults of a fresh allocation per xorb (on this kind of VM,
+    first-touching 64 MiB costs ~0.1 s). No free buffer means packing waits: that bounds memory.
     """
 
     def __init__(self, count: int) -> None:
@@ -194,7 +198,8 @@ class Uploader:
         max_parallel_xorbs: int = MAX_PARALLEL_XORBS,
         # Xorb bodies held at once, the one being filled included (64 MiB each at most). With
         # two, one fills while one uploads, or both upload while packing waits: the server
-        # always has work, and a 4 GiB push stays under 300 MB resident.
+        # always has work, and a 4 GiB push stays under 300 MB resident (buffers, plus the
+        # mapped pages the unsent raw chunks are in).
         xorb_buffers: int = 2,
         progress: Callable[[int], None] | None = None,
     ) -> None:
@@ -203,6 +208,10 @@ class Uploader:
         self.global_dedup = global_dedup
         self.max_parallel_xorbs = max_parallel_xorbs
         self.xorb_buffers = xorb_buffers
+        # How far behind placement the raw chunks of unsent xorbs reach when the file's new
+        # bytes are contiguous: its pages stay mapped for the send. Pages dropped sooner (a
+        # file whose new chunks lie between deduplicated stretches) are only faulted back in.
+        self._unsent_span = xorb_buffers * MAX_XORB_BYTES
         self.progress = progress
         self.stats = UploadStats()
         # Opened, not loaded: constant cost whatever the history (a private one without cache).
@@ -211,7 +220,7 @@ class Uploader:
         self._buffers = _XorbBuffers(self.xorb_buffers)
         self._slot: _XorbSlot | None = None  # opened on the first new chunk
         self._closed: list[_XorbSlot] = []
-        self._deferred: list[tuple[VerifiedXorb, mmap.mmap]] = []  # small last xorbs, sent with the shard
+        self._deferred: list[tuple[PackedXorb, mmap.mmap]] = []  # small last xorbs, sent with the shard
         self._uploads: list[Future[None]] = []
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel_xorbs, thread_name_prefix="git-xet-xorb-upload")
         self._pending: list[_PendingFile] = []
@@ -270,7 +279,7 @@ class Uploader:
         behind hashing, so a dedup run can be matched past the chunk being placed, a global
         dedup answer arrives before the chunks it covers are placed, and xorb uploads start
         while the rest of the file is still being read. `consumed(offset)` is told how far
-        every reader got, so a mapped file can drop the pages behind them.
+        every reader got, less _unsent_span, so a mapped file can drop the pages behind them.
         """
         hasher = hashlib.sha256() if claimed_sha256 is None else None
         state = _FileState()
@@ -284,7 +293,7 @@ class Uploader:
             while len(state.hashes) - state.placed > PLACEMENT_LAG:
                 self._place_next(state, view)
             if consumed is not None:
-                consumed(state.offsets[state.placed])
+                consumed(state.offsets[state.placed] - self._unsent_span)
         self._probe(state)
         while state.placed < len(state.hashes):
             self._place_next(state, view)
@@ -431,7 +440,7 @@ class Uploader:
         slot, self._slot = self._slot, None
         if slot is None:
             return
-        built = slot.builder.build()
+        built = slot.builder.pack()
         del slot.builder  # its chunk lists; the body stays in the buffer until uploaded
         slot.cas = _cas_info(built)
         self._closed.append(slot)
@@ -442,13 +451,12 @@ class Uploader:
         self._stream_seq += 1
         self._uploads.append(self._pool.submit(self._upload_xorb, built, slot.cas, slot.buffer, stream))
 
-    def _upload_xorb(self, built: VerifiedXorb, cas: CasInfo, buffer: mmap.mmap, stream: UploadStream) -> None:
+    def _upload_xorb(self, built: PackedXorb, cas: CasInfo, buffer: mmap.mmap, stream: UploadStream) -> None:
         try:
             inserted = self.backend.upload_xorb(hash_to_hex(built.xorb_hash), built.body, stream)
         finally:
             body_size = len(built.body)
-            if isinstance(built.body, memoryview):
-                built.body.release()  # any later use of this body now fails loudly
+            built.body.release()  # any later use of this body now fails loudly
             self._buffers.give_back(buffer)
         with self._lock:
             self.stats.xorbs_uploaded += 1
@@ -537,13 +545,12 @@ class Uploader:
         deferred, self._deferred = self._deferred, []
         sent_with_shard = sum(len(built.body) for built, _ in deferred)
         try:
-            with_shard = [(hash_to_hex(built.xorb_hash), built.body) for built, _ in deferred]
+            with_shard = [(hash_to_hex(built.xorb_hash), built.body.joined()) for built, _ in deferred]
             self.backend.upload_xorbs_with_shard(with_shard, serialize_shard(shard, with_footer=False), self._stream_id)
         finally:
             self._new_stream()
             for built, buffer in deferred:
-                if isinstance(built.body, memoryview):
-                    built.body.release()
+                built.body.release()
                 self._buffers.give_back(buffer)
         with self._lock:  # bytes sent with the shard (counted whether or not the store had them)
             self.stats.xorbs_uploaded += len(deferred)
@@ -554,7 +561,7 @@ class Uploader:
         self._session = {}
 
 
-def _cas_info(built: VerifiedXorb) -> CasInfo:
+def _cas_info(built: PackedXorb) -> CasInfo:
     return CasInfo.from_chunks(built.xorb_hash, built.chunk_hashes, built.chunk_sizes, len(built.body))
 
 

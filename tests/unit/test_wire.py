@@ -37,6 +37,7 @@ from __future__ import annotations
 import array
 import gzip
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -76,6 +77,7 @@ from git_xet.client.tokens import StaticToken
 from git_xet.client.wire import Client
 from git_xet.core.http_headers import SESSION_ID
 from git_xet.core.reconstruction import FetchRange
+from git_xet.core.scattered import ScatteredBytes
 from git_xet.memory import xorb_range_windows
 from tests.support.counting_server import CountingHandler, CountingServer, serving
 from tests.support.datagen import random_bytes
@@ -529,6 +531,75 @@ def test_request_bodies_arrive_whole_with_one_content_length_and_host(server: Co
     assert _values(seen.fields, "content-length") == [str(size)]
     assert _values(seen.fields, "host") == [f"127.0.0.1:{server.server_address[1]}"]
     assert _values(seen.fields, "transfer-encoding") == []
+
+
+def _cut(data: bytes, cuts: list[int]) -> ScatteredBytes:
+    """`data` as parts split at `cuts` (clamped, in order; a repeated cut makes an empty part),
+    each a view of `data` or a bytes copy, alternately."""
+    bounds = [0, *sorted(min(c, len(data)) for c in cuts), len(data)]
+    view = memoryview(data)
+    return ScatteredBytes([view[a:b] if i % 2 else bytes(view[a:b]) for i, (a, b) in enumerate(itertools.pairwise(bounds))])
+
+
+@settings(max_examples=30, deadline=None)
+@given(size=BODY_SIZES, cuts=st.lists(st.integers(0, 3 * SLICE), max_size=1500), seed=st.integers(0, 1000))
+def test_a_scattered_body_arrives_whole_however_it_is_cut(server: CountingServer, size: int, cuts: list[int], seed: int) -> None:
+    """Parts by vectored writes, more of them than one write takes (SEND_PARTS), empty ones
+    included; the server sees one body of the parts' total length."""
+    data = random_bytes(size, seed)
+    body = _cut(data, cuts)
+    server.requests.clear()
+    with _client() as client:
+        resp = client.request("POST", server.url + "/echo", body=body)
+    assert (resp.status_code, resp.text) == (200, _sha(data))
+    seen = _last(server)
+    assert seen.body == data and _values(seen.fields, "content-length") == [str(size)]
+
+
+class _ShortWrites:
+    """A socket whose sendmsg takes a drawn number of bytes (short writes, which a real loopback
+    socket makes only when its buffer is full): what the sending loop must survive."""
+
+    def __init__(self, takes: Iterator[int], total: int) -> None:
+        self.takes = takes
+        self.total = total  # bytes to be sent: a loop making progress needs no more calls
+        self.received = bytearray()
+        self.calls: list[int] = []
+
+    def settimeout(self, timeout: float | None) -> None:
+        pass
+
+    def makefile(self, mode: str, buffering: int) -> io.BytesIO:
+        return io.BytesIO()  # the answer is never read here
+
+    def sendmsg(self, buffers: list[bytes | memoryview]) -> int:
+        self.calls.append(len(buffers))
+        assert len(self.calls) <= self.total, "the sending loop stopped making progress"
+        offered = b"".join(buffers)
+        taken = offered[: max(1, min(next(self.takes), len(offered)))]
+        self.received += taken
+        return len(taken)
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=st.lists(st.binary(max_size=300), max_size=1200), takes=st.lists(st.integers(1, 5000), min_size=1))
+def test_short_vectored_writes_resume_where_they_stopped(parts: list[bytes], takes: list[int]) -> None:
+    sock = _ShortWrites(itertools.cycle(takes), total=4 + sum(map(len, parts)))
+    conn = wire.Connection(("http", "127.0.0.1", 1), sock)  # type: ignore[arg-type]
+    conn.send(b"HEAD", ScatteredBytes(parts), timeout=1.0)
+    assert bytes(sock.received) == b"HEAD" + b"".join(parts)
+    assert all(0 < n <= wire.SEND_PARTS for n in sock.calls)
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=st.lists(st.binary(max_size=3000), max_size=60), size=st.integers(1, 4000))
+def test_parts_coalesced_for_tls_keep_their_bytes_and_join_only_small_neighbours(parts: list[bytes], size: int) -> None:
+    pieces = list(wire._coalesced(list(parts), size))
+    assert b"".join(pieces) == b"".join(parts)
+    big = [p for p in parts if len(p) >= size]
+    assert [p for p in pieces if any(p is b for b in big)] == big  # passed on as they are, in order
+    joined = [p for p in pieces if not any(p is b for b in big)]
+    assert all(0 < len(p) < 2 * size for p in joined)
 
 
 @pytest.mark.parametrize(
@@ -1196,6 +1267,8 @@ def test_https_verifies_the_server_certificate_and_keeps_the_connection(tmp_path
             for size in (0, 70_000, 300_000):
                 body = random_bytes(size, size)
                 assert trusting.request("PUT", url, body=body).text == _sha(body)
+                scattered = _cut(body, list(range(0, size, 997)) + [size // 2] * 2)  # parts over TLS, coalesced
+                assert trusting.request("PUT", url, body=scattered).text == _sha(body)
                 with trusting.request("GET", url, stream=True) as resp:
                     assert resp.read() == _sha(b"").encode()
         assert srv.connections - before == 1

@@ -156,3 +156,63 @@ def test_builder_limits() -> None:
     assert big.unpacked_size == MAX_XORB_BYTES
     with pytest.raises(ValueError):
         xorb.XorbBuilder().build()
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing into a caller's buffer: raw chunks referenced, not copied
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_KINDS)), min_size=1, max_size=70), st.booleans())
+def test_a_packed_xorb_is_the_built_xorb_with_raw_chunks_left_where_they_lie(kinds: list[str], as_views: bool) -> None:
+    """pack() gives the bytes, hashes and record ends build() gives; its parts are the chunks
+    stored raw, as the caller's own objects, between runs of the caller's buffer holding
+    exactly the headers and compressed payloads (the records build() wrote, less raw payloads)."""
+    chunks = [_KINDS[kind](k) for k, kind in enumerate(kinds)]
+    sources = [memoryview(c) if as_views else c for c in chunks]
+    buffer = bytearray(xorb.MAX_XORB_BODY_BYTES)
+    builder = xorb.XorbBuilder(buffer)
+    for source in sources:
+        builder.add(source)
+    packed = builder.pack()
+    built = _build(chunks)
+    assert packed.body.joined() == built.body and len(packed.body) == len(built.body)
+    assert (packed.xorb_hash, packed.chunk_hashes, packed.byte_ends, packed.chunk_sizes) == (built.xorb_hash, built.chunk_hashes, built.byte_ends, built.chunk_sizes)
+    records = xorb.parse_xorb(built.body).records
+    raw = [i for i, r in enumerate(records) if r.scheme == 0]
+    referenced = [p for p in packed.body.parts if any(p is sources[i] for i in raw)]
+    assert len(referenced) == len(raw)  # each raw chunk once, as the object given to add()
+    in_buffer = [p for p in packed.body.parts if isinstance(p, memoryview) and p.obj is buffer]
+    assert len(in_buffer) + len(referenced) == len(packed.body.parts)
+    written = sum(xorb.CHUNK_HEADER_SIZE + (0 if r.scheme == 0 else r.compressed_size) for r in records)
+    assert sum(len(p) for p in in_buffer) == written
+    assert bytes(buffer[written : written + 64]) == bytes(64)  # nothing beyond the records' headers and packed payloads
+
+
+def test_a_released_packed_body_cannot_be_read_and_frees_its_buffer() -> None:
+    import mmap
+
+    buffer = mmap.mmap(-1, xorb.MAX_XORB_BODY_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    source = memoryview(random_bytes(50_000, 3))
+    builder = xorb.XorbBuilder(buffer)
+    builder.add(source[:20_000])
+    builder.add(bytes(30_000))  # compressed: written into the buffer
+    builder.add(source[20_000:])
+    packed = builder.pack()
+    with pytest.raises(BufferError):
+        buffer.close()  # the body still looks into it
+    packed.body.release()
+    with pytest.raises(ValueError):
+        packed.body.joined()
+    buffer.close()
+
+
+def test_build_and_pack_each_belong_to_one_kind_of_builder() -> None:
+    own = xorb.XorbBuilder()
+    own.add(b"abc")
+    with pytest.raises(ValueError, match="pack"):
+        xorb.XorbBuilder(bytearray(xorb.MAX_XORB_BODY_BYTES)).build()
+    with pytest.raises(ValueError, match="build"):
+        own.pack()
+    with pytest.raises(ValueError, match="empty"):
+        xorb.XorbBuilder(bytearray(xorb.MAX_XORB_BODY_BYTES)).pack()
