@@ -29,9 +29,10 @@ from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
 from ..client.errors import MissingXorbsError, TransferError
 from ..client.shard_cache import ShardCache
 from ..core.constants import MAX_XORB_BYTES
+from ..core.errors import HashMismatchError
 from ..core.hashes import XetHash, hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
-from ..core.xorb import MAX_XORB_BODY_BYTES, PackedXorb, XorbBuilder
+from ..core.xorb import MAX_XORB_BODY_BYTES, PackedXorb, XorbBuilder, verify_xorb
 from ..memory import anonymous_buffer
 from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 
@@ -454,6 +455,8 @@ class Uploader:
     def _upload_xorb(self, built: PackedXorb, cas: CasInfo, buffer: mmap.mmap, stream: UploadStream) -> None:
         try:
             inserted = self.backend.upload_xorb(hash_to_hex(built.xorb_hash), built.body, stream)
+        except TransferError as exc:
+            raise _explained(exc, [built]) from None
         finally:
             body_size = len(built.body)
             built.body.release()  # any later use of this body now fails loudly
@@ -547,6 +550,8 @@ class Uploader:
         try:
             with_shard = [(hash_to_hex(built.xorb_hash), built.body.joined()) for built, _ in deferred]
             self.backend.upload_xorbs_with_shard(with_shard, serialize_shard(shard, with_footer=False), self._stream_id)
+        except TransferError as exc:
+            raise _explained(exc, [built for built, _ in deferred]) from None
         finally:
             self._new_stream()
             for built, buffer in deferred:
@@ -559,6 +564,24 @@ class Uploader:
         # Chunks of this session's closed xorbs now live in the index (the cache, if any).
         self._index.add(shard)
         self._session = {}
+
+
+def _explained(exc: TransferError, sent: list[PackedXorb]) -> TransferError:
+    """`exc`, or, when the store refused a xorb whose bytes no longer hash as they did when
+    packed, an error that says why: a raw chunk is read where the file lies when its xorb is
+    sent, so a file rewritten meanwhile sends other bytes (checked only on a refusal)."""
+    if exc.retryable:
+        return exc
+    for built in sent:
+        try:
+            verify_xorb(built.body.joined(), built.xorb_hash)
+        except HashMismatchError:
+            return TransferError(
+                f"a file changed while it was being uploaded (xorb {hash_to_hex(built.xorb_hash)[:12]} no longer holds "
+                "the bytes read from it); push again once nothing is writing to it",
+                retryable=False,
+            )
+    return exc
 
 
 def _cas_info(built: PackedXorb) -> CasInfo:

@@ -253,20 +253,22 @@ def test_small_files_do_not_ask_global_dedup(server: RunningServer) -> None:
     assert up.stats.global_queries >= 1
 
 
+@pytest.mark.parametrize("size", [3_000_000, 500_000])  # its own upload; sent with the shard
 @pytest.mark.parametrize("kind", ["http", "local"])
-def test_bytes_changed_before_their_xorb_is_sent_are_refused_not_stored(kind: str, server: RunningServer, tmp_path: Path) -> None:
+def test_bytes_changed_before_their_xorb_is_sent_are_refused_not_stored(kind: str, size: int, server: RunningServer, tmp_path: Path) -> None:
     """A xorb's raw chunks are sent from where the caller has them (a file's map, here a
-    buffer): bytes rewritten between hashing and sending no longer match the xorb's hash, and
-    the store refuses the xorb instead of keeping it under that hash."""
+    buffer): bytes rewritten between hashing and sending no longer match the xorb's hash, the
+    store refuses the xorb instead of keeping it under that hash, and the error says why."""
     backend = _http(server) if kind == "http" else LocalStoreBackend(tmp_path / "store")
     data_dir = server.data_dir if kind == "http" else tmp_path / "store"
-    data = bytearray(random_bytes(3_000_000, 41))
+    data = bytearray(random_bytes(size, 41))
     before = _stored_xorb_bytes(data_dir) if data_dir.exists() else 0
     with Uploader(backend, global_dedup=False) as up:
         up.add_bytes(memoryview(data))
-        data[1_500_000:1_500_100] = bytes(100)  # after hashing, before finalize sends the xorb
-        with pytest.raises(TransferError):
+        data[size // 2 : size // 2 + 100] = bytes(100)  # after hashing, before finalize sends the xorb
+        with pytest.raises(TransferError, match="changed while it was being uploaded") as caught:
             up.finalize()
+        assert not caught.value.retryable
     assert (_stored_xorb_bytes(data_dir) if data_dir.exists() else 0) == before
     with Uploader(backend, global_dedup=False) as up:
         result = up.add_bytes(bytes(data))
