@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .. import __version__
-from ..core.checksums import crc64nvme
+from ..core.checksums import crc64nvme, crc64nvme_of_parts
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex, hex_to_hash
 from ..core.http_headers import SESSION_ID, UPLOAD_STREAM, bearer, new_session_id
@@ -263,10 +263,7 @@ class HttpCasBackend:
         """
         assert crc64nvme is not None
         what = f"upload grant for xorb {xorb_hex[:12]}"
-        crc = 0
-        for part in parts_of(body):
-            crc = crc64nvme(part, crc)
-        payload = {"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc)}}
+        payload = {"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc64nvme_of_parts(parts_of(body)))}}
         for _ in range(MAX_GRANTS):
             resp = self._request(what, "POST", f"/v1/xorb-grants/default/{xorb_hex}", ok=(200, 201, 404), json=payload, headers=named)
             if resp.status_code == 404:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from ..core.checksums import crc64nvme, crc64nvme_header, crc64nvme_reference
+from ..core.checksums import crc64nvme_header, crc64nvme_of_parts
 from .errors import Unavailable
 
 CONFLICT_RETRIES = 5  # 409 ConditionalRequestConflict: another conditional write on the key is in flight
@@ -180,11 +180,7 @@ def _env_endpoint(session: Any) -> str | None:
 
 def _crc_header(*parts: bytes | memoryview) -> str:
     """`x-amz-checksum-crc64nvme` of the concatenation of `parts`, computed part by part."""
-    checksum = crc64nvme or crc64nvme_reference
-    crc = 0
-    for part in parts:
-        crc = checksum(part, crc)
-    return crc64nvme_header(crc)
+    return crc64nvme_header(crc64nvme_of_parts(parts))
 
 
 class PartsBody(io.RawIOBase):

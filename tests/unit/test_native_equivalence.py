@@ -8,11 +8,13 @@ so a fast path can never drift silently.
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from git_xet.core import _bg4, _crc64, _merkle, compression, hashes  # type: ignore[attr-defined]  # built by install/test.sh
-from git_xet.core.checksums import crc64nvme, crc64nvme_reference
+from git_xet.core.checksums import crc64nvme, crc64nvme_of_parts, crc64nvme_reference
 
 # Lengths that straddle the folding path's 64-byte steps and 128-byte minimum.
 _lengths = st.one_of(st.integers(0, 300), st.integers(0, 5000), st.sampled_from([127, 128, 129, 191, 192, 193, 65535, 65536, 65537]))
@@ -44,6 +46,14 @@ def test_crc64_fast_paths_match_reference(data: bytes, start: int) -> None:
 def test_crc64_continues_across_any_split(data: bytes, draw: st.DataObject) -> None:
     cut = draw.draw(st.integers(0, len(data)))
     assert _crc64.crc64nvme(data[cut:], _crc64.crc64nvme(data[:cut])) == crc64nvme_reference(data)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_buffers(), st.lists(st.integers(0, 1 << 20), max_size=12))
+def test_crc64_of_parts_is_the_crc_of_their_concatenation(data: bytes, cuts: list[int]) -> None:
+    bounds = [0, *sorted(min(c, len(data)) for c in cuts), len(data)]
+    parts = [memoryview(data)[a:b] for a, b in itertools.pairwise(bounds)]
+    assert crc64nvme_of_parts(parts) == crc64nvme_reference(data)
 
 
 def test_crc64_of_a_large_unaligned_view() -> None:
