@@ -44,7 +44,7 @@ def run(size_mib: int) -> dict:
         sent = {}
         for tool in ("git-xet", "git-lfs"):
             root = base / tool
-            sent[tool] = run_tool(tool, root, [v1], clone=False)["push_v2"]["bytes_in"]
+            sent[tool] = run_tool(tool, root, [v1], clones=0)["push_v2"][0]["bytes_in"]
             shutil.rmtree(root, ignore_errors=True)
         v2 = base / "v2" / "model.bin"
         v2.parent.mkdir()

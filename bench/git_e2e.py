@@ -1,12 +1,16 @@
 """Git end to end: `git push`, `git clone` and a v2 push through our agent and `git xet serve`
 vs stock git-lfs `basic` transfers to a plain LFS server, same files, same run.
 
-    python bench/git_e2e.py [--files 3] [--file-mib 256] [--repeats 3] [--tools git-xet,git-lfs] [--json OUT]
+    python bench/git_e2e.py [--files 3] [--file-mib 256] [--repeats 3] [--clones 1] [--tools git-xet,git-lfs] [--json OUT]
 
 Each repeat starts fresh servers, a fresh HOME and fresh caches, and each timed phase starts
 with the page cache written back (common.timed). Per tool: push v1 of
-`--files` random files, clone it (smudge downloads everything), then push v2 with one file
-edited (1% in ten places plus a 1 KiB insertion). Reports median wall time, CPU seconds
+`--files` random files, clone it `--clones` times into a fresh directory (smudge downloads
+everything: neither tool keeps a download cache), then push v2 with one file edited (1% in
+ten places plus a 1 KiB insertion). The tools take turns, in alternating order, repeat by
+repeat. One clone here varies by +-10-25% from the next, so with the two tools at about the
+same time a median of three cannot tell which is faster; `--clones 3` gives each tool nine
+clones in three runs. Reports median wall time (over every clone), CPU seconds
 (user + sys) of the git command's whole process tree (git, git-lfs, our agents) and of the
 server, object bytes the server received (pushes) or sent (clone) and, with --agent-rss, our
 agents' peak RSS.
@@ -66,8 +70,9 @@ def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_work
             yield log, pid
 
 
-def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, agent_rss: bool = False, server_workers: int | None = None) -> dict:
-    """push, clone (unless clone=False) and push_v2 for one tool: {phase: measurements}.
+def run_tool(tool: str, root: Path, sources: list[Path], *, clones: int = 1, agent_rss: bool = False, server_workers: int | None = None) -> dict[str, list[dict]]:
+    """push, `clones` clones (none with 0) and push_v2 for one tool: {phase: [measurements]},
+    one entry per time the phase ran.
 
     With agent_rss (git-xet only), agents run under a wrapper that records their peak RSS;
     the wrapper's own start-up then adds to the timings, so timing runs leave it off.
@@ -77,7 +82,7 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
     rss_file = root / "agent-rss.txt" if agent_rss and tool == "git-xet" else None
     with tool_remote(tool, root, genv, rss_file, server_workers) as (log, server_pid):
         work = lfs_repo_with(genv, root, sources)
-        result: dict = {}
+        result: dict[str, list[dict]] = {}
 
         def phase(name: str, cmd: list[str], cwd: Path) -> None:
             log.mark()
@@ -88,16 +93,18 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
             client_cpu, server_cpu = children_cpu() - client0, process_cpu(server_pid) - server0
             bytes_in, bytes_out = log.since_mark()
             peaks = agent_peak_rss(rss_file) if rss_file is not None else []
-            result[name] = {
+            result.setdefault(name, []).append({
                 "seconds": run["seconds"], "client_cpu": client_cpu, "server_cpu": server_cpu,
                 "bytes_in": bytes_in, "bytes_out": bytes_out, "agent_peak_rss_mib": max(peaks, default=float("nan")),
-            }  # fmt: skip
+            })  # fmt: skip
 
         phase("push", ["git", "push", "-q", "origin", "main"], work)
-        if clone:
-            phase("clone", ["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root)
+        clone = root / "clone"
+        for _ in range(clones):
+            shutil.rmtree(clone, ignore_errors=True)
+            phase("clone", ["git", "clone", "-q", str(root / "remote.git"), str(clone)], root)
             for src in sources:
-                if subprocess.run(["cmp", "-s", str(src), str(root / "clone" / src.name)], check=False).returncode:
+                if subprocess.run(["cmp", "-s", str(src), str(clone / src.name)], check=False).returncode:
                     raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
         edit_file(work / sources[0].name, seed=7)
         genv.git("commit", "-qam", "v2", cwd=work)
@@ -105,8 +112,8 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clone: bool = True, 
     return result
 
 
-def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool, server_workers: int | None = None) -> dict:
-    results: dict[str, list[dict]] = {t: [] for t in tools}
+def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool, server_workers: int | None = None, clones: int = 1) -> dict:
+    results: dict[str, list[dict[str, list[dict]]]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
         base = Path(tmp)
         sources = model_files(base, files, file_mib)
@@ -114,20 +121,31 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_r
             order = tools if r % 2 == 0 else tuple(reversed(tools))
             for tool in order:
                 root = base / f"{tool}-{r}"
-                results[tool].append(run_tool(tool, root, sources, agent_rss=agent_rss, server_workers=server_workers))
+                results[tool].append(run_tool(tool, root, sources, clones=clones, agent_rss=agent_rss, server_workers=server_workers))
                 shutil.rmtree(root, ignore_errors=True)
-    summary: dict = {"files": files, "file_mib": file_mib, "repeats": repeats, "agent_rss": agent_rss, "server_workers": server_workers or default_workers(), "machine": machine(), "tools": {}}
-    for tool, runs in results.items():
-        summary["tools"][tool] = {
-            phase: {key: median([run[phase][key] for run in runs]) for key in PHASE_KEYS}
-            for phase in ("push", "clone", "push_v2")
-        }
+    summary: dict = {
+        "files": files, "file_mib": file_mib, "repeats": repeats, "clones": clones, "agent_rss": agent_rss,
+        "server_workers": server_workers or default_workers(), "machine": machine(), "tools": {},
+    }  # fmt: skip
+    summary["tools"] = {tool: phase_medians(runs) for tool, runs in results.items()}
     return summary
+
+
+def phase_medians(runs: list[dict[str, list[dict]]]) -> dict[str, dict]:
+    """Per phase, the median of each measurement over every time the phase ran, in every run
+    (each of a repeat's clones counts once), with every run's seconds, lowest first."""
+    medians: dict[str, dict] = {}
+    for phase in ("push", "clone", "push_v2"):
+        samples = [sample for run in runs for sample in run.get(phase, [])]
+        medians[phase] = {key: median([sample[key] for sample in samples]) for key in PHASE_KEYS}
+        medians[phase]["all_seconds"] = sorted(sample["seconds"] for sample in samples)
+    return medians
 
 
 def print_table(summary: dict) -> None:
     total = summary["files"] * summary["file_mib"]
-    print(f"git push/clone of {summary['files']} x {summary['file_mib']} MiB, median of {summary['repeats']}; {summary['machine']}")
+    clones = summary["repeats"] * summary["clones"]
+    print(f"git push/clone of {summary['files']} x {summary['file_mib']} MiB, median of {summary['repeats']} (clone: of {clones}); {summary['machine']}")
     print(f"{'phase':<9}{'tool':<9}{'seconds':>9}{'MiB/s':>8}{'client CPU':>11}{'server CPU':>11}{'MiB moved':>10}{'agent RSS':>10}")
     tools = summary["tools"]
     for phase in ("push", "clone", "push_v2"):
@@ -147,6 +165,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=3)
     parser.add_argument("--file-mib", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--clones", type=int, default=1, help="clones per repeat and tool, each into a fresh directory (default %(default)s)")
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--agent-rss", action="store_true", help="record each agent's peak RSS (adds a wrapper process per agent)")
     parser.add_argument("--server-workers", type=int, default=default_workers(), help="git xet serve --workers (default: its default, %(default)s here)")
@@ -155,7 +174,9 @@ def main() -> int:
     tools = tuple(t for t in args.tools.split(",") if t)
     if unknown := set(tools) - set(TOOLS):
         parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
-    summary = run(args.files, args.file_mib, args.repeats, tools, args.agent_rss, args.server_workers)
+    if args.clones < 0:
+        parser.error("--clones must be 0 or more")
+    summary = run(args.files, args.file_mib, args.repeats, tools, args.agent_rss, args.server_workers, args.clones)
     print_table(summary)
     write_json(args.json, summary)
     return 0

@@ -1,14 +1,20 @@
 """The benchmark summary's ratio column agrees with its verdict: a ratio just over its bound is
-not printed as the bound itself beside "no"."""
+not printed as the bound itself beside "no". The git benchmark's medians take every clone of
+every repeat, and the clone row shows their spread."""
 
 from __future__ import annotations
 
+import math
+import statistics
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import git_e2e
 import run_all
 
 
@@ -28,3 +34,31 @@ def test_a_ratio_is_shown_precisely_enough_for_its_verdict(ratio: float, target:
     assert run_all._shown_ratio(ratio, target, met) == shown
     row = run_all._row("x", "a", "b", ratio, target, met)
     assert f"| {shown} |" in row
+
+
+def _sample(seconds: float) -> dict[str, float]:
+    return {"seconds": seconds, "client_cpu": 2 * seconds, "server_cpu": seconds / 2, "bytes_in": 1.0, "bytes_out": 3.0, "agent_peak_rss_mib": float("nan")}
+
+
+@given(st.lists(st.tuples(st.floats(0.1, 10), st.lists(st.floats(0.1, 10), min_size=1, max_size=5)), min_size=1, max_size=4))
+def test_clone_medians_take_every_clone_of_every_repeat(runs: list[tuple[float, list[float]]]) -> None:
+    """A repeat that cloned three times weighs three times one that cloned once: the median is
+    of every clone, not of each repeat's median."""
+    given_runs = [{"push": [_sample(push)], "clone": [_sample(c) for c in clones], "push_v2": [_sample(push)]} for push, clones in runs]
+    medians = git_e2e.phase_medians(given_runs)
+    every_clone = [c for _push, clones in runs for c in clones]
+    assert medians["clone"]["seconds"] == statistics.median(every_clone)
+    assert medians["clone"]["client_cpu"] == statistics.median([2 * c for c in every_clone])
+    assert medians["clone"]["all_seconds"] == sorted(every_clone)
+    assert medians["push"]["seconds"] == statistics.median([push for push, _clones in runs])
+
+
+def test_a_run_without_clones_has_no_clone_figures() -> None:
+    medians = git_e2e.phase_medians([{"push": [_sample(1.0)], "push_v2": [_sample(0.5)]}])
+    assert math.isnan(medians["clone"]["seconds"]) and medians["clone"]["all_seconds"] == []
+    assert medians["push_v2"]["seconds"] == 0.5
+
+
+@pytest.mark.parametrize(("runs", "shown"), [([3.456, 4.0, 5.744], " (3.46-5.74)"), ([4.0], ""), ([], "")])
+def test_the_clone_row_shows_lowest_and_highest_only_beside_several_runs(runs: list[float], shown: str) -> None:
+    assert run_all._spread({"all_seconds": runs}) == shown
