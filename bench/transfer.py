@@ -8,7 +8,8 @@ downloads its own upload back. Every upload and download runs in a process of it
 its CPU (user + sys, all threads, interpreter start-up included for both clients) is measured
 exactly, with getrusage(RUSAGE_CHILDREN); the server's CPU per phase is read from /proc, and
 how long it took to answer the upload's shard (what a client waits for after its last xorb)
-from its access log. Also times the agent from spawn to its `init` answer against a bare `python -c pass`. Prints
+from its access log. Also times the agent from spawn to its `init` answer against a bare `python -c pass`,
+and its answer to its first request (see _startup). Prints
 medians and ratios (ours/theirs: <= 1.0 means at least as fast, or as frugal).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -97,21 +99,37 @@ def _theirs_down(url: str, token: str, info: dict, out: Path, work: Path) -> tup
     return time.perf_counter() - t, None
 
 
-def _startup() -> tuple[float, float]:
-    init = json.dumps({"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8}) + "\n"
+def _startup() -> tuple[float, float, float]:
+    """Seconds from spawning the agent to its `init` answer, then from its first request to
+    that request's answer, and of a bare `python -c pass`. The agent is the command `git xet
+    install` registers, run as git-lfs runs it (`sh -c "'<path>' <args>"`): launch.sh answers
+    `init` and starts Python with the first request, so that is when an agent given an object
+    pays Python's start-up. The request is one the agent refuses (an oid that is no oid) before
+    it imports anything for a transfer: the start-up, not a transfer."""
+    from git_xet.commands.install import agent_command
+
+    path, args = agent_command()
+    init = json.dumps({"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8}, separators=(",", ":"))
+    request = json.dumps({"event": "upload", "oid": "not-an-oid", "size": 1, "path": "x"}, separators=(",", ":"))
     t = time.perf_counter()
-    # The installed `git-xet` script, as `git xet install` registers it for git-lfs.
-    agent = Path(sys.executable).with_name("git-xet")
-    proc = subprocess.Popen([str(agent), "transfer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    proc.stdin.write(init)
+    proc = subprocess.Popen(["sh", "-c", f"{shlex.quote(path)} {args}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(init + "\n")
     proc.stdin.flush()
-    proc.stdout.readline()
+    if proc.stdout.readline().strip() != "{}":
+        raise RuntimeError("the agent did not answer init")
     agent = time.perf_counter() - t
+    t = time.perf_counter()
+    proc.stdin.write(request + "\n")
+    proc.stdin.flush()
+    if '"error"' not in proc.stdout.readline():
+        raise RuntimeError("the agent did not refuse a request for no oid")
+    first_answer = time.perf_counter() - t
     proc.stdin.close()
     proc.wait()
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
-    return agent, time.perf_counter() - t
+    return agent, first_answer, time.perf_counter() - t
 
 
 SHARD_PATHS = ("/v1/shards", "/v2/shards", "/v1/xorbs-and-shard")
@@ -171,8 +189,9 @@ def main() -> int:
                     if "shard_ms" in m:
                         samples.setdefault(f"{who}_shard_ms", []).append(m["shard_ms"])
         for _ in range(max(5, args.repeats)):
-            agent, bare = _startup()
+            agent, first_answer, bare = _startup()
             samples.setdefault("agent_init", []).append(agent)
+            samples.setdefault("agent_first_answer", []).append(first_answer)
             samples.setdefault("python_pass", []).append(bare)
     med = {k: statistics.median(v) for k, v in samples.items()}
     mib = args.size_mib
@@ -187,6 +206,7 @@ def main() -> int:
         print(f"{name:<10}{o:>10.2f}{mib / o:>8.0f}{t:>10.2f}{mib / t:>8.0f}{o / t:>7.2f}  {oc:>10.2f} vs {tc:>8.2f}{oc / tc:>7.2f}  {os_:>7.2f} vs {ts:>7.2f}")
     print(f"server's answer to the upload's shard, after the last xorb: {med['ours_shard_ms']:.0f} ms vs hf-xet's {med['theirs_shard_ms']:.0f} ms")
     print(f"agent init {1000 * med['agent_init']:.0f} ms vs python -c pass {1000 * med['python_pass']:.0f} ms: {med['agent_init'] / med['python_pass']:.2f}x (target <= 2x)")
+    print(f"agent's answer to its first request (Python starts then): {1000 * med['agent_first_answer']:.0f} ms")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"size_mib": mib, "repeats": args.repeats, "median_seconds": med, "samples": samples}, indent=2))

@@ -1,7 +1,9 @@
 """The agent's main loop: read requests on stdin, answer on (the guarded) stdout.
 
 Nothing heavy is imported until the first object arrives: git-lfs starts
-`lfs.concurrenttransfers` agents (8 by default) for every command, even for one file.
+`lfs.concurrenttransfers` agents (8 by default) for every command, even for one file. As
+`git xet install` registers it, the agent is launch.sh, which answers `init` itself and
+starts this only for an agent given a request.
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ import sys
 from . import protocol
 from .progress import Progress
 from .stdio import InputLines, ProtocolOut
+
+# launch.sh, what `git xet install` registers: it answers `init` and starts Python for an
+# agent given a request, with what it read in these two variables.
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.sh")
+LAUNCHED_INIT = "GIT_XET_LAUNCHED_INIT"  # the init line it answered
+LAUNCHED_REQUEST = "GIT_XET_LAUNCHED_REQUEST"  # the first line it did not handle
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms per agent start
 if TYPE_CHECKING:
@@ -68,8 +76,9 @@ def _collect_from_now_on() -> None:
 
 def run(stdin=None) -> int:
     """Serve git-lfs on `stdin` (an iterable of lines; the process's stdin when None). Once
-    `init` is answered, an agent reading its real stdin hands its objects to a worker from the
-    git-lfs process's fork server when one serves it (handover.py), else serves them here."""
+    `init` is answered (here, or by launch.sh before this process started), an agent reading
+    its real stdin hands its objects to a worker from the git-lfs process's fork server when
+    one serves it (handover.py), else serves them here."""
     # Start-up (imports, the first object's session) creates ~10^5 objects that live as long as
     # the process. With the cyclic collector on, collections that free nothing traverse them
     # again and again, and once more at exit: ~20% of an agent's CPU to its first `complete`,
@@ -77,8 +86,13 @@ def run(stdin=None) -> int:
     # has been handled (whatever its outcome), then `_collect_from_now_on`.
     gc.disable()
     out = ProtocolOut()
-    lines = InputLines(0) if stdin is None else iter(stdin)  # one pass: init, then what follows
-    init = _answer_init(lines, out)
+    answered: str | None = None
+    if stdin is None:
+        answered, pending = _launched()
+        lines: Iterable[str] = InputLines(0, pending)
+    else:
+        lines = iter(stdin)  # one pass: init, then what follows
+    init = _answered_init(answered) if answered is not None else _answer_init(lines, out)
     if not isinstance(init, protocol.Init):
         return init
     if isinstance(lines, InputLines):
@@ -86,6 +100,32 @@ def run(stdin=None) -> int:
 
         return serve_handed_over(init, lines, out, serve, _prepare)
     return serve(lines, out, init.remote)
+
+
+def _launched() -> tuple[str | None, bytes]:
+    """What launch.sh read before it started this process: the `init` line it answered (None:
+    it answered none) and the bytes of the line it left to us, first of our input. Removed from
+    the environment at once: no child (git) inherits a request's authorization header, and the
+    agents of one command keep equal environments (the fork server's identity check)."""
+    answered = os.environ.pop(LAUNCHED_INIT, None)
+    pending = os.environ.pop(LAUNCHED_REQUEST, None)
+    return answered, b"" if pending is None else os.fsencode(pending) + b"\n"
+
+
+def _answered_init(line: str) -> protocol.Init | int:
+    """The `init` launch.sh answered; exit status 1 if it is not one (its answer is sent, so
+    there is nothing to refuse: this agent stops, and git-lfs reports it gone)."""
+    try:
+        req = protocol.parse_request(line)
+    except protocol.ProtocolError as exc:
+        req = None
+        reason = str(exc)
+    else:
+        reason = "not an init request"
+    if isinstance(req, protocol.Init):
+        return req
+    _setup_logging().warning("the launcher answered a line that is no init (%s); stopping", reason)
+    return 1
 
 
 def _prepare(operation: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,8 +45,8 @@ def checks() -> Iterator[Check]:
     if agent is None:
         yield Check(False, "transfer agent not registered", "run `git xet install`")
     else:
-        runnable = Path(agent).exists() or shutil.which(agent) is not None
-        yield Check(runnable, f"transfer agent: {agent} {_config('lfs.customtransfer.xet.args') or ''}".strip(), "run `git xet install` again")
+        args = _config("lfs.customtransfer.xet.args") or ""
+        yield Check(_agent_runnable(agent, args), f"transfer agent: {agent} {args}".strip(), "run `git xet install` again")
 
     standalone = _config("lfs.standalonetransferagent")
     endpoint = os.environ.get("GIT_XET_ENDPOINT") or _config("xet.endpoint")
@@ -62,6 +63,17 @@ def checks() -> Iterator[Check]:
     root = default_cache_root()
     size = sum(p.stat().st_size for p in root.rglob("index.sqlite*")) if root.is_dir() else 0
     yield Check(True, f"shard cache: {root} ({size / 2**20:.1f} MiB)")
+
+
+def _agent_runnable(path: str, args: str) -> bool:
+    """The registered command exists, and so does every file its arguments name by absolute
+    path (launch.sh and the agent it starts): a removed environment leaves both dangling."""
+    try:
+        words = shlex.split(args)
+    except ValueError:  # unbalanced quotes: git-lfs's shell could not run it either
+        return False
+    named = [Path(word) for word in words if word.startswith("/")]
+    return (Path(path).exists() or shutil.which(path) is not None) and all(p.exists() for p in named)
 
 
 def _native_urls() -> list[str]:

@@ -8,6 +8,8 @@ remote only through a synthetic https LFS URL (a custom scheme would be parsed a
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -48,9 +50,21 @@ def _unset(scope: Scope, key: str) -> None:
 def agent_command() -> tuple[str, str]:
     """(path, args) that run this installation's agent, whatever PATH git-lfs sees.
 
-    The script beside the running interpreter is this installation's; another `git-xet` on
-    PATH may belong to a different environment.
+    git-lfs runs `sh -c "'<path>' <args>"`. Where there is a POSIX shell, that is launch.sh
+    (which answers `init` at once and starts Python only for an agent given a request) with
+    the agent's command as its arguments, each quoted for that shell; elsewhere the command.
     """
+    from ..agent.transfer import LAUNCHER
+
+    path, args = _python_agent()
+    if os.name == "posix" and os.path.isfile(LAUNCHER):
+        return "sh", " ".join(shlex.quote(word) for word in (LAUNCHER, path, *shlex.split(args)))
+    return path, args
+
+
+def _python_agent() -> tuple[str, str]:
+    """The Python agent's (path, args). The script beside the running interpreter is this
+    installation's; another `git-xet` on PATH may belong to a different environment."""
     beside = Path(sys.executable).parent / "git-xet"
     if beside.is_file():
         return str(beside), "transfer"

@@ -9,21 +9,24 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from git_xet.agent import protocol
+from git_xet.agent.transfer import LAUNCHER
 from git_xet.client.location import create_local_store
 from tests.support.agent_runs import put_lfs_object
 from tests.support.datagen import random_bytes
 
 
-def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = None, *, returncode: int = 0) -> tuple[list[dict], str, float]:
+def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = None, *, returncode: int = 0, launched: bool = False) -> tuple[list[dict], str, float]:
+    """Run the agent on `lines`; `launched`: through launch.sh, as `git xet install` registers it."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_XET_CACHE": str(tmp_path / "cache"), "GIT_CONFIG_NOSYSTEM": "1"}
     env.update(env_extra or {})
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "git_xet", "transfer"],
+        [*(["sh", str(LAUNCHER)] if launched else []), sys.executable, "-m", "git_xet", "transfer"],
         input="\n".join(lines) + "\n",
         capture_output=True,
         text=True,
@@ -38,9 +41,13 @@ def _agent(tmp_path: Path, lines: list[str], env_extra: dict[str, str] | None = 
 
 
 INIT = json.dumps({"event": "init", "operation": "upload", "remote": "origin", "concurrent": True, "concurrenttransfers": 8})
+COMPACT_INIT = json.dumps(json.loads(INIT), separators=(",", ":"))  # as git-lfs writes it: launch.sh answers it
 
 
-def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launched", [False, True], ids=["python", "launch.sh"])
+def test_upload_protocol_and_hostile_lines(tmp_path: Path, launched: bool) -> None:
+    """Every answer the same whether Python or launch.sh answers `init` (then Python is
+    handed the first request, which here is not JSON): one `{}`, then one group per request."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     data = random_bytes(300_000, 1)
     oid, obj = put_lfs_object(tmp_path, data)
@@ -54,7 +61,7 @@ def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
     store = tmp_path / "store"
     create_local_store(store)  # as `git xet install --standalone` does; the agent never creates one
     lines = [
-        INIT,
+        COMPACT_INIT if launched else INIT,
         "this is not json",
         json.dumps({"event": "upload", "oid": "../../etc", "size": 1, "path": str(obj)}),
         json.dumps({"event": "upload", "oid": oid, "size": "300000", "path": str(obj)}),
@@ -69,7 +76,7 @@ def test_upload_protocol_and_hostile_lines(tmp_path: Path) -> None:
         json.dumps({"event": "terminate"}),
         json.dumps({"event": "upload", "oid": oid, "size": 1, "path": str(obj)}),  # after terminate: ignored
     ]
-    out, stderr, _ = _agent(tmp_path, lines, {"GIT_XET_ENDPOINT": str(store)})
+    out, stderr, _ = _agent(tmp_path, lines, {"GIT_XET_ENDPOINT": str(store)}, launched=launched)
     assert out[0] == {}
     # One object at a time: the answers split into groups, each ending in its `complete`.
     groups: list[list[dict]] = [[]]
@@ -186,6 +193,16 @@ def test_a_refused_init_gets_an_error_answer_and_the_agent_exits(tmp_path_factor
     assert out[0]["error"]["code"] == protocol.ERR_BAD_REQUEST
     message = out[0]["error"]["message"]
     assert message.startswith("git-xet: ") and phrase in message, message
+
+
+def test_an_init_answered_by_the_launcher_that_python_cannot_read_stops_the_agent(tmp_path: Path) -> None:
+    """launch.sh answers any compact line with `"event":"init"`; one Python refuses (an unknown
+    operation) has had its answer, so the agent says why on stderr and stops, answering no more."""
+    bad = json.dumps({"event": "init", "operation": "teleport", "remote": "origin"}, separators=(",", ":"))
+    request = json.dumps({"event": "download", "oid": "ab" * 32, "size": 1, "action": None})
+    out, stderr, _ = _agent(tmp_path, [bad, request], returncode=1, launched=True)
+    assert out == [{}]
+    assert "no init" in stderr and "teleport" in stderr
 
 
 # ---------------------------------------------------------------- the init fast path's parser
