@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..client.errors import NotFoundError, TransferError
-from ..client.shard_cache import ShardCache, default_cache_root
 from ..fsutil import atomic_output
 from .endpoints import git_common_dir, git_config
 from .progress import Progress
@@ -133,6 +132,7 @@ class AgentSession:
         return self._summary
 
     def _upload(self, req: Transfer, progress: Progress) -> None:
+        from ..client.shard_cache import ShardCache, default_cache_root  # SQLite: ~5 ms a clone's agents skip
         from ..pipelines.upload import Uploader  # an agent of a clone never uploads
 
         source = self._check_upload_source(req)
