@@ -3,6 +3,11 @@ vs stock git-lfs `basic` transfers to a plain LFS server, same files, same run.
 
     python bench/git_e2e.py [--files 3] [--file-mib 256] [--repeats 3] [--clones 1] [--tools git-xet,git-lfs] [--json OUT]
 
+Tools: `git-xet` (our agent and `git xet serve`), `git-lfs` (basic transfers to
+lfs_basic_server.py, which stores what it is sent unchecked) and `git-lfs-checked` (the same,
+the server refusing an upload whose sha256 is not its oid, as `git xet serve` checks each
+oid a shard claims: what that check costs each side).
+
 Each repeat starts fresh servers, a fresh HOME and fresh caches, and each timed phase starts
 with the page cache written back (common.timed). Per tool: push v1 of
 `--files` random files, clone it `--clones` times into a fresh directory (smudge downloads
@@ -36,13 +41,14 @@ from git_xet.server.workers import default_workers
 from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
+BASIC_SERVERS: dict[str, tuple[str, ...]] = {"git-lfs": (), "git-lfs-checked": ("--verify-sha256",)}  # tool -> lfs_basic_server.py options
 PHASE_KEYS = ("seconds", "client_cpu", "server_cpu", "bytes_in", "bytes_out", "agent_peak_rss_mib")
 
 
 @contextmanager
-def plain_lfs_server(data: Path) -> Iterator[tuple[str, RequestLog, int]]:
+def plain_lfs_server(data: Path, options: tuple[str, ...] = ()) -> Iterator[tuple[str, RequestLog, int]]:
     data.mkdir(parents=True)
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "lfs_basic_server.py"), str(data)], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "lfs_basic_server.py"), str(data), *options], stdout=subprocess.PIPE)
     try:
         url = proc.stdout.readline().decode().strip()
         yield url, RequestLog(data / "requests.jsonl"), proc.pid
@@ -64,7 +70,7 @@ def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_work
                 record_agent_rss(genv, agent_rss)
             yield RequestLog(srv.data_dir.parent / "server.log"), srv.process.pid
     else:
-        with plain_lfs_server(root / "lfs-server") as (url, log, pid):
+        with plain_lfs_server(root / "lfs-server", BASIC_SERVERS[tool]) as (url, log, pid):
             genv.git("lfs", "install")
             genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
             yield log, pid
@@ -146,7 +152,7 @@ def print_table(summary: dict) -> None:
     total = summary["files"] * summary["file_mib"]
     clones = summary["repeats"] * summary["clones"]
     print(f"git push/clone of {summary['files']} x {summary['file_mib']} MiB, median of {summary['repeats']} (clone: of {clones}); {summary['machine']}")
-    print(f"{'phase':<9}{'tool':<9}{'seconds':>9}{'MiB/s':>8}{'client CPU':>11}{'server CPU':>11}{'MiB moved':>10}{'agent RSS':>10}")
+    print(f"{'phase':<9}{'tool':<16}{'seconds':>9}{'MiB/s':>8}{'client CPU':>11}{'server CPU':>11}{'MiB moved':>10}{'agent RSS':>10}")
     tools = summary["tools"]
     for phase in ("push", "clone", "push_v2"):
         for tool, phases in tools.items():
@@ -154,10 +160,10 @@ def print_table(summary: dict) -> None:
             moved = m["bytes_in"] if phase != "clone" else m["bytes_out"]
             rate = total / m["seconds"] if phase != "push_v2" else float("nan")
             rss = f"{m['agent_peak_rss_mib']:.0f} MiB" if summary["agent_rss"] and tool == "git-xet" else "-"
-            print(f"{phase:<9}{tool:<9}{m['seconds']:>9.2f}{rate:>8.0f}{m['client_cpu']:>11.2f}{m['server_cpu']:>11.2f}{moved / MIB:>10.1f}{rss:>10}")
-        if len(tools) == 2:
-            ours, theirs = tools["git-xet"][phase], tools["git-lfs"][phase]
-            print(f"{'':<9}{'ratio':<9}{ours['seconds'] / theirs['seconds']:>9.2f}   (git-xet / git-lfs time)")
+            print(f"{phase:<9}{tool:<16}{m['seconds']:>9.2f}{rate:>8.0f}{m['client_cpu']:>11.2f}{m['server_cpu']:>11.2f}{moved / MIB:>10.1f}{rss:>10}")
+        for peer in (t for t in tools if t != "git-xet" and "git-xet" in tools):
+            ours, theirs = tools["git-xet"][phase], tools[peer][phase]
+            print(f"{'':<9}{'ratio':<16}{ours['seconds'] / theirs['seconds']:>9.2f}   (git-xet / {peer} time)")
 
 
 def main() -> int:
@@ -172,7 +178,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)
-    if unknown := set(tools) - set(TOOLS):
+    if unknown := set(tools) - {"git-xet", *BASIC_SERVERS}:
         parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
     if args.clones < 0:
         parser.error("--clones must be 0 or more")

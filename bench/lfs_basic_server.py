@@ -2,7 +2,7 @@
 git-lfs is compared against. Not part of git-xet; it exists so the benchmark measures stock
 git-lfs on the same machine, over the same loopback, in the same run.
 
-    python bench/lfs_basic_server.py DATA_DIR      # prints its URL, then serves
+    python bench/lfs_basic_server.py DATA_DIR [--verify-sha256]   # prints its URL, then serves
 
 Every repository path shares one object store under DATA_DIR/objects. Each request's body
 size is appended to DATA_DIR/requests.jsonl so the benchmark can count bytes sent.
@@ -10,10 +10,19 @@ size is appended to DATA_DIR/requests.jsonl so the benchmark can count bytes sen
 An upload is answered only once it is durable (the object file fsynced, renamed into place,
 the directory fsynced), as a real LFS server's would be and as git-xet's stores are: a
 baseline that acknowledges bytes still in the page cache would flatter git-lfs.
+
+It stores what it is sent under the oid in the URL without checking it: the baseline the push
+target in the README was set against ("it only streams bytes"). With --verify-sha256 it hashes each
+upload as it arrives and refuses (422, nothing stored) one whose sha256 is not its oid, as
+git-lfs's own test server does (t/cmd/lfstest-gitserver.go answers 403) and as `git xet serve`
+checks the sha256 each shard claims: like against like, for bench/git_e2e.py's tool
+`git-lfs-checked`.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
 import os
 import re
@@ -27,7 +36,7 @@ _OID = re.compile(r"^[0-9a-f]{64}$")
 _COPY = 1 << 20
 
 
-def make_handler(root: Path) -> type[BaseHTTPRequestHandler]:
+def make_handler(root: Path, verify_sha256: bool = False) -> type[BaseHTTPRequestHandler]:
     objects = root / "objects"
     objects.mkdir(parents=True, exist_ok=True)
     record_lock = threading.Lock()
@@ -83,6 +92,7 @@ def make_handler(root: Path) -> type[BaseHTTPRequestHandler]:
                 record("PUT", self.path, 0, self._json(422, {"message": "bad oid"}))
                 return
             tmp = objects / f".{oid}.{threading.get_ident()}.tmp"
+            digest = hashlib.sha256() if verify_sha256 else None
             with open(tmp, "wb") as out:
                 left = length
                 while left:
@@ -90,6 +100,8 @@ def make_handler(root: Path) -> type[BaseHTTPRequestHandler]:
                     if not block:
                         break
                     out.write(block)
+                    if digest is not None:
+                        digest.update(block)
                     left -= len(block)
                 if not left:
                     out.flush()
@@ -97,6 +109,10 @@ def make_handler(root: Path) -> type[BaseHTTPRequestHandler]:
             if left:
                 tmp.unlink()
                 self.close_connection = True
+                return
+            if digest is not None and digest.hexdigest() != oid:
+                tmp.unlink()
+                record("PUT", self.path, length, self._json(422, {"message": f"the body's sha256 is {digest.hexdigest()}, not its oid"}))
                 return
             os.replace(tmp, objects / oid)
             directory = os.open(objects, os.O_RDONLY)
@@ -128,8 +144,11 @@ def make_handler(root: Path) -> type[BaseHTTPRequestHandler]:
 
 
 def main() -> int:
-    root = Path(sys.argv[1])
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(root))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path)
+    parser.add_argument("--verify-sha256", action="store_true", help="refuse an upload whose sha256 is not its oid")
+    args = parser.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(args.data, args.verify_sha256))
     print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()
     return 0
