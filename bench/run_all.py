@@ -31,7 +31,7 @@ BENCH = Path(__file__).resolve().parent
 FULL = {
     "chunk_hash": ["--size-mib", "1024", "--repeats", "3"],
     "transfer": ["--size-mib", "1024", "--repeats", "3"],
-    "git_e2e": ["--files", "3", "--file-mib", "256", "--repeats", "3", "--clones", "3"],
+    "git_e2e": ["--files", "3", "--file-mib", "256", "--repeats", "3", "--clones", "3", "--tools", "git-xet,git-lfs,git-lfs-checked"],
     "dedup": ["--size-mib", "1024"],
     "rss": ["--files", "1", "--file-mib", "4096", "--repeats", "1", "--tools", "git-xet", "--agent-rss"],
     "cache_scale": ["--sizes-gib", "4,32,128,1024", "--agents", "8", "--upload-mib", "256"],
@@ -42,7 +42,7 @@ FULL = {
 QUICK = {
     "chunk_hash": ["--size-mib", "128", "--repeats", "2"],
     "transfer": ["--size-mib", "128", "--repeats", "2"],
-    "git_e2e": ["--files", "2", "--file-mib", "32", "--repeats", "2", "--clones", "2"],
+    "git_e2e": ["--files", "2", "--file-mib", "32", "--repeats", "2", "--clones", "2", "--tools", "git-xet,git-lfs,git-lfs-checked"],
     "dedup": ["--size-mib", "128"],
     "rss": ["--files", "1", "--file-mib", "512", "--repeats", "1", "--tools", "git-xet", "--agent-rss"],
     "cache_scale": ["--sizes-gib", "1,4", "--agents", "8", "--upload-mib", "64"],
@@ -88,6 +88,33 @@ def _history(gib: int) -> str:
     return f"{gib} GiB" if gib < 1024 else f"{gib / 1024:g} TiB"
 
 
+def git_e2e_rows(g: dict) -> list[str]:
+    """The rows of git_e2e.py's summary `g`: push, clone and v2 push against git-lfs basic
+    (with each phase's spread where it ran more than once), the push against basic whose server
+    checks sha256 where that ran, the push's CPU and the bytes sent."""
+    rows: list[str] = []
+    label = f"{g['files']} x {g['file_mib']} MiB"
+    clones = g["repeats"] * g.get("clones", 1)
+    pushes = f"median of {g['repeats']}: lowest-highest"
+    for phase, what, target in (("push", f"git push {label} (s, {pushes})", 2.0), ("clone", f"git clone {label} (s, median of {clones}: lowest-highest)", 1.0), ("push_v2", "git push v2, one file edited (s)", None)):
+        o, b = g["tools"]["git-xet"][phase]["seconds"], g["tools"]["git-lfs"][phase]["seconds"]
+        ours, basic = f"{o:.2f}", f"git-lfs basic {b:.2f}"
+        if phase != "push_v2":
+            ours += _spread(g["tools"]["git-xet"][phase])
+            basic += _spread(g["tools"]["git-lfs"][phase])
+        rows.append(_row(what, ours, basic, o / b, f"<= {target}" if target else "", o <= target * b if target else None))
+    if "git-lfs-checked" in g["tools"]:  # the same baseline, its server checking each oid's sha256 as ours does
+        o, c = g["tools"]["git-xet"]["push"], g["tools"]["git-lfs-checked"]["push"]
+        rows.append(_row(f"git push {label}, basic's server checking each sha256 (s, {pushes})", f"{o['seconds']:.2f}{_spread(o)}", f"git-lfs basic {c['seconds']:.2f}{_spread(c)}", o["seconds"] / c["seconds"], "", None))
+    xet, lfs = g["tools"]["git-xet"]["push"], g["tools"]["git-lfs"]["push"]
+    if "client_cpu" in xet:
+        rows.append(_row(f"CPU of git push {label} (s, client + server)", f"{xet['client_cpu']:.2f} + {xet['server_cpu']:.2f}", f"git-lfs basic {lfs['client_cpu']:.2f} + {lfs['server_cpu']:.2f}", (xet["client_cpu"] + xet["server_cpu"]) / (lfs["client_cpu"] + lfs["server_cpu"]), "", None))
+    for phase, what in (("push", f"bytes sent, git push {label} (MiB)"), ("push_v2", "bytes sent, git push v2 (MiB)")):
+        o, b = g["tools"]["git-xet"][phase]["bytes_in"], g["tools"]["git-lfs"][phase]["bytes_in"]
+        rows.append(_row(what, f"{o / MIB:.1f}", f"git-lfs basic {b / MIB:.1f}", o / b, "", None))
+    return rows
+
+
 def summarize(results: dict[str, dict]) -> str:
     rows = ["| benchmark | git-xet | peer | ratio | target | met |", "|---|---|---|---|---|---|"]
     c = results["chunk_hash"]
@@ -107,22 +134,7 @@ def summarize(results: dict[str, dict]) -> str:
     if "agent_first_answer" in med:  # launch.sh starts Python with the first request
         f = med["agent_first_answer"]
         rows.append(_row("agent: first request to its answer, Python's start-up (ms)", f"{1000 * f:.0f}", f"python -c pass {1000 * p:.0f}", f / p, "", None))
-    g = results["git_e2e"]
-    label = f"{g['files']} x {g['file_mib']} MiB"
-    clones = g["repeats"] * g.get("clones", 1)
-    for phase, what, target in (("push", f"git push {label} (s)", 2.0), ("clone", f"git clone {label} (s, median of {clones}: lowest-highest)", 1.0), ("push_v2", "git push v2, one file edited (s)", None)):
-        o, b = g["tools"]["git-xet"][phase]["seconds"], g["tools"]["git-lfs"][phase]["seconds"]
-        ours, basic = f"{o:.2f}", f"git-lfs basic {b:.2f}"
-        if phase == "clone":
-            ours += _spread(g["tools"]["git-xet"][phase])
-            basic += _spread(g["tools"]["git-lfs"][phase])
-        rows.append(_row(what, ours, basic, o / b, f"<= {target}" if target else "", o <= target * b if target else None))
-    xet, lfs = g["tools"]["git-xet"]["push"], g["tools"]["git-lfs"]["push"]
-    if "client_cpu" in xet:
-        rows.append(_row(f"CPU of git push {label} (s, client + server)", f"{xet['client_cpu']:.2f} + {xet['server_cpu']:.2f}", f"git-lfs basic {lfs['client_cpu']:.2f} + {lfs['server_cpu']:.2f}", (xet["client_cpu"] + xet["server_cpu"]) / (lfs["client_cpu"] + lfs["server_cpu"]), "", None))
-    for phase, what in (("push", f"bytes sent, git push {label} (MiB)"), ("push_v2", "bytes sent, git push v2 (MiB)")):
-        o, b = g["tools"]["git-xet"][phase]["bytes_in"], g["tools"]["git-lfs"][phase]["bytes_in"]
-        rows.append(_row(what, f"{o / MIB:.1f}", f"git-lfs basic {b / MIB:.1f}", o / b, "", None))
+    rows += git_e2e_rows(results["git_e2e"])
     d = results["dedup"]
     sent, size = d["v2_bytes_sent"], d["size_mib"] * MIB
     ours = sent["git-xet"]

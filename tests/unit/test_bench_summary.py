@@ -62,3 +62,32 @@ def test_a_run_without_clones_has_no_clone_figures() -> None:
 @pytest.mark.parametrize(("runs", "shown"), [([3.456, 4.0, 5.744], " (3.46-5.74)"), ([4.0], ""), ([], "")])
 def test_the_clone_row_shows_lowest_and_highest_only_beside_several_runs(runs: list[float], shown: str) -> None:
     assert run_all._spread({"all_seconds": runs}) == shown
+
+
+def _git_summary(pushes: dict[str, list[float]]) -> dict:
+    """git_e2e's summary for tools that each pushed `pushes[tool]` (seconds, one per repeat)."""
+    repeats = len(next(iter(pushes.values())))
+    runs = {tool: [{"push": [_sample(s)], "clone": [_sample(2 * s)], "push_v2": [_sample(s / 4)]} for s in seconds] for tool, seconds in pushes.items()}
+    return {"files": 3, "file_mib": 256, "repeats": repeats, "clones": 1, "tools": {tool: git_e2e.phase_medians(r) for tool, r in runs.items()}}
+
+
+_PUSHES = st.lists(st.floats(0.1, 10), min_size=3, max_size=3)
+
+
+@given(_PUSHES, _PUSHES, st.one_of(st.none(), _PUSHES))
+def test_the_git_rows_show_each_push_spread_and_the_checked_baseline_only_when_it_ran(ours: list[float], basic: list[float], checked: list[float] | None) -> None:
+    pushes = {"git-xet": ours, "git-lfs": basic} | ({"git-lfs-checked": checked} if checked is not None else {})
+    rows = run_all.git_e2e_rows(_git_summary(pushes))
+    push = next(r for r in rows if r.startswith("| git push 3 x 256 MiB (s"))
+    o, b = statistics.median(ours), statistics.median(basic)
+    assert f"| {o:.2f} ({min(ours):.2f}-{max(ours):.2f}) |" in push
+    assert f"| git-lfs basic {b:.2f} ({min(basic):.2f}-{max(basic):.2f}) |" in push
+    assert push.endswith("| <= 2.0 | yes |" if o <= 2 * b else "| <= 2.0 | **no** |")
+    checked_rows = [r for r in rows if "basic's server checking each sha256" in r]
+    if checked is None:
+        assert checked_rows == []
+    else:
+        (row,) = checked_rows
+        c = statistics.median(checked)
+        assert f"| git-lfs basic {c:.2f} ({min(checked):.2f}-{max(checked):.2f}) |" in row
+        assert f"| {run_all._shown_ratio(o / c, '', None)} |  |  |" in row  # a comparison, not a target
