@@ -12,8 +12,8 @@ Each repeat starts fresh servers, a fresh HOME and fresh caches, and each timed 
 with the page cache written back (common.timed). Per tool: push v1 of
 `--files` random files, clone it `--clones` times into a fresh directory (smudge downloads
 everything: neither tool keeps a download cache), then push v2 with one file edited (1% in
-ten places plus a 1 KiB insertion). The tools take turns, in alternating order, repeat by
-repeat. One clone here varies by +-10-25% from the next, so with the two tools at about the
+ten places plus a 1 KiB insertion). The tools take turns, each repeat starting one tool later
+(turn_order). One clone here varies by +-10-25% from the next, so with the two tools at about the
 same time a median of three cannot tell which is faster; `--clones 3` gives each tool nine
 clones in three runs. Reports median wall time (over every clone), CPU seconds
 (user + sys) of the git command's whole process tree (git, git-lfs, our agents) and of the
@@ -118,14 +118,22 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clones: int = 1, age
     return result
 
 
+def turn_order(tools: tuple[str, ...], repeat: int) -> tuple[str, ...]:
+    """The tools in the order they run in repeat `repeat`: each repeat starts one later, so over
+    len(tools) repeats each tool runs once in each position. A tool always run in the same
+    place (with three tools in alternating order, the middle one) would carry whatever that
+    place does to it: the memory the tool before it just freed, say."""
+    shift = repeat % len(tools)
+    return tools[shift:] + tools[:shift]
+
+
 def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool, server_workers: int | None = None, clones: int = 1) -> dict:
     results: dict[str, list[dict[str, list[dict]]]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
         base = Path(tmp)
         sources = model_files(base, files, file_mib)
         for r in range(repeats):
-            order = tools if r % 2 == 0 else tuple(reversed(tools))
-            for tool in order:
+            for tool in turn_order(tools, r):
                 root = base / f"{tool}-{r}"
                 results[tool].append(run_tool(tool, root, sources, clones=clones, agent_rss=agent_rss, server_workers=server_workers))
                 shutil.rmtree(root, ignore_errors=True)

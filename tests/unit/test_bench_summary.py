@@ -1,6 +1,7 @@
 """The benchmark summary's ratio column agrees with its verdict: a ratio just over its bound is
 not printed as the bound itself beside "no". The git benchmark's medians take every clone of
-every repeat, and the clone row shows their spread."""
+every repeat, the push and clone rows show their spread, the comparison with basic's checking
+server appears only when it ran, and each tool takes each place in the running order."""
 
 from __future__ import annotations
 
@@ -91,3 +92,12 @@ def test_the_git_rows_show_each_push_spread_and_the_checked_baseline_only_when_i
         c = statistics.median(checked)
         assert f"| git-lfs basic {c:.2f} ({min(checked):.2f}-{max(checked):.2f}) |" in row
         assert f"| {run_all._shown_ratio(o / c, '', None)} |  |  |" in row  # a comparison, not a target
+
+
+@given(st.integers(1, 5), st.integers(0, 20))
+def test_over_as_many_repeats_as_tools_each_tool_runs_once_in_each_place(count: int, first: int) -> None:
+    tools = tuple(f"tool-{i}" for i in range(count))
+    orders = [git_e2e.turn_order(tools, r) for r in range(first, first + count)]
+    assert all(sorted(order) == sorted(tools) for order in orders)
+    for place in range(count):
+        assert sorted(order[place] for order in orders) == sorted(tools)
