@@ -186,8 +186,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)
-    if unknown := set(tools) - {"git-xet", *BASIC_SERVERS}:
-        parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
+    known = ("git-xet", *BASIC_SERVERS)
+    if unknown := set(tools) - set(known):
+        parser.error(f"unknown tools: {', '.join(sorted(unknown))} (known: {', '.join(known)})")
     if args.clones < 0:
         parser.error("--clones must be 0 or more")
     summary = run(args.files, args.file_mib, args.repeats, tools, args.agent_rss, args.server_workers, args.clones)

@@ -13,8 +13,9 @@ How:
 - Once `init` is answered, an agent binds an abstract socket named after its git-lfs process
   (lineage.py), its uid and the operation. (Installed as `git xet install` registers it, the
   agent is launch.sh: the shell answers `init` and starts Python with the first request, so
-  only agents given an object get here, and the server's `prepare` runs after that request.) The agent that succeeds forks the fork server, which
-  lets go of the agent's descriptors, runs `prepare` (imports, git's configuration) and accepts.
+  only agents given an object get here, and the server's `prepare` runs after that request.)
+  The agent that succeeds forks the fork server, which lets go of the agent's descriptors, runs
+  `prepare` (imports, git's configuration) and accepts.
 - Each agent (that one too) connects, checks that the server runs as its own uid, and sends its
   identity (environment, directory, command line, interpreter, `init`), its unread input, and
   its stdin, stdout and stderr. The server serves only an agent of its own uid whose identity
