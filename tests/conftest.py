@@ -3,12 +3,23 @@ themselves, on 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.support.postgres_process import Postgres, running_postgres
 from tests.support.seaweed import RunningS3, running_seaweedfs
+
+# The suite is deterministic on a clean checkout: every generated test draws the same examples
+# on every run (derandomize), and no example saved by an earlier run is replayed (no database).
+# A failure found on one machine is then found on every machine, and a run cannot turn red
+# because of what a previous run left in .hypothesis/. To hunt for new counterexamples with
+# fresh random draws: HYPOTHESIS_PROFILE=explore bash install/test.sh tests/unit
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 
 @pytest.fixture(scope="session")

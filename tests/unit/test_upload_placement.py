@@ -23,6 +23,7 @@ from git_xet.client.backend import UploadStream
 from git_xet.client.shard_cache import ShardCache
 from git_xet.core.chunking import chunk_boundaries
 from git_xet.core.hashes import chunk_hash
+from git_xet.core.scattered import OutgoingBytes, contiguous
 from git_xet.core.xorb import verify_xorb
 from git_xet.pipelines import upload
 from git_xet.pipelines.download import download
@@ -38,13 +39,15 @@ class _RecordingStore(LocalStoreBackend):
         super().__init__(root)
         self.stored_chunks: list[bytes] = []
 
-    def upload_xorb(self, xorb_hex: str, body: bytes | memoryview, stream: UploadStream | None = None) -> bool:
-        self.stored_chunks += verify_xorb(bytes(body)).chunk_hashes
+    def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
+        # The uploader may hand a ScatteredBytes (header records between views of the file):
+        # joined as the product's own stores join it, never with bytes(), which it does not define.
+        self.stored_chunks += verify_xorb(bytes(contiguous(body))).chunk_hashes
         return super().upload_xorb(xorb_hex, body)
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
         for _, body in xorbs:
-            self.stored_chunks += verify_xorb(bytes(body)).chunk_hashes
+            self.stored_chunks += verify_xorb(bytes(contiguous(body))).chunk_hashes
         return super().upload_xorbs_with_shard(xorbs, shard)
 
 
