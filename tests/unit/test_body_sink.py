@@ -43,6 +43,7 @@ class Handlers:
     def __init__(self) -> None:
         self.buffers: list[bytearray] = []
         self.sunk: list[bool] = []
+        self.let_go = threading.Event()  # set once /stop has closed its sink
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -64,6 +65,7 @@ class Handlers:
             await _answer(send, refused.status, {"error": str(refused)})
             return
         if scope["path"] == "/stop":
+            self.let_go.set()
             await asyncio.sleep(HOLD)
         await _answer(send, 200, {"received": received, "sha256": hashlib.sha256(buffer[:received]).hexdigest()})
 
@@ -199,9 +201,11 @@ def test_after_the_handler_lets_go_nothing_more_lands_in_its_buffer(served: tupl
     port, handlers = served
     first = b"a" * (64 * KIB)
     rest = b"b" * (LIMIT - len(first))
+    handlers.let_go.clear()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(_head("/stop", LIMIT) + first)
-        time.sleep(HOLD / 3)  # the handler has had its first arrival and let go
+        # Waited for, not slept on: under load the handler may take longer than any sleep.
+        assert handlers.let_go.wait(30), "the handler never let go of its sink"
         sock.sendall(rest)  # while it waits, all of this reaches the connection
         [(status, answer)] = _answers(sock, 1)
     held = answer["received"]

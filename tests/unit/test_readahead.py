@@ -53,7 +53,7 @@ def test_an_exception_comes_after_the_items_before_it(before: int, depth: int) -
 @pytest.mark.parametrize("depth", [1, 3])
 def test_the_producer_runs_at_most_depth_items_ahead(depth: int) -> None:
     """Produced minus consumed never exceeds depth + 1: `depth` queued, plus one the producer
-    holds while it waits for room. A slow consumer gives the producer every chance to run on."""
+    holds while it waits for room. A consumer that waits for the producer to fill its queue shows that the bound is reached."""
     produced = 0
 
     def producer() -> Iterator[int]:
@@ -66,7 +66,11 @@ def test_the_producer_runs_at_most_depth_items_ahead(depth: int) -> None:
     most_ahead = 0
     for _ in readahead(producer(), depth, NAME):
         consumed += 1
-        time.sleep(0.005)
+        # Give the producer its chance by waiting for it (bounded), not by sleeping: on a loaded
+        # machine a fixed sleep may pass before its thread runs at all.
+        deadline = time.monotonic() + 30
+        while produced < min(40, consumed + depth) and time.monotonic() < deadline:
+            time.sleep(0.001)
         most_ahead = max(most_ahead, produced - consumed)
     assert consumed == 40
     assert most_ahead <= depth + 1
