@@ -15,11 +15,15 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-def _cmd_version(_args: argparse.Namespace) -> int:
+def _version_line() -> str:
     from . import __version__
     from .core.chunking import NATIVE_AVAILABLE
 
-    print(f"git-xet {__version__} (chunker: {'native C' if NATIVE_AVAILABLE else 'pure Python, slow'})")
+    return f"git-xet {__version__} (chunker: {'native C' if NATIVE_AVAILABLE else 'pure Python, slow'})"
+
+
+def _cmd_version(_args: argparse.Namespace) -> int:
+    print(_version_line())
     return 0
 
 
@@ -409,19 +413,37 @@ def _cmd_copy_index(args: argparse.Namespace) -> int:
 
 def _add_shared_flags(parser: argparse.ArgumentParser) -> None:
     """Where replicas find their shared index and secret."""
-    from pathlib import Path
 
     parser.add_argument(
         "--index", metavar="URL", help="a shared index, postgresql://USER@HOST/DB (password from ~/.pgpass or $PGPASSWORD); default: SQLite in --data"
     )
     parser.add_argument(
-        "--secret-file", type=Path, help="the signing secret (else $GIT_XET_SERVER_SECRET, else <data>/secret; required with --index unless the env is set)"
+        "--secret-file", type=_nonempty_path, help="the signing secret (else $GIT_XET_SERVER_SECRET, else <data>/secret; required with --index unless the env is set)"
     )
+
+
+def _nonempty_path(value: str) -> Path:
+    """A path argument. An empty one (an unset variable in a unit file, say) is refused: as a
+    Path it would be the current directory, and a server or fsck would make its store there."""
+    import argparse
+    from pathlib import Path
+
+    if not value.strip():
+        raise argparse.ArgumentTypeError("empty path (an unset variable?): name the directory")
+    return Path(value)
+
+
+def _nonempty_store(value: str) -> str:
+    """A store argument (a directory or URL); an empty one would quietly mean 'no store'."""
+    import argparse
+
+    if not value.strip():
+        raise argparse.ArgumentTypeError("empty store (an unset variable?): give a directory or an http(s) URL")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     import argparse
-    from pathlib import Path
 
     class OneLineErrors(argparse.ArgumentParser):
         """Usage errors as one line with where to look, not the usage block."""
@@ -431,6 +453,15 @@ def build_parser() -> argparse.ArgumentParser:
             self.exit(2, f"{self.prog}: error: {message} (see `git xet help{' ' + topic if topic else ''}`)\n")
 
     parser = OneLineErrors(prog="git-xet", description="XET storage for Git LFS.")
+
+    class PrintVersion(argparse.Action):
+        """`git xet --version`, as git and most tools answer it (the chunker is imported only then)."""
+
+        def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+            print(_version_line())
+            parser.exit()
+
+    parser.add_argument("--version", nargs=0, action=PrintVersion, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -451,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     install_cmd = sub.add_parser("install", help="register the XET transfer agent with git-lfs (idempotent)")
     _add_scope_flags(install_cmd)
-    install_cmd.add_argument("--standalone", metavar="ENDPOINT", help="store LFS objects in this XET store (a directory or a `git xet serve` URL)")
+    install_cmd.add_argument("--standalone", metavar="ENDPOINT", type=_nonempty_store, help="store LFS objects in this XET store (a directory or a `git xet serve` URL)")
     install_cmd.add_argument("--remote", help="with --standalone: only for this remote (use with --local)")
     install_cmd.add_argument("--concurrency", type=int, help="set lfs.concurrenttransfers")
     install_cmd.add_argument(
@@ -497,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.set_defaults(func=_cmd_transfer)
 
     serve = sub.add_parser("serve", help="run the XET CAS server (disk + SQLite, or disk + PostgreSQL for replicas)")
-    serve.add_argument("--data", type=Path, required=True, help="data directory: objects, and the SQLite index unless --index (created if missing)")
+    serve.add_argument("--data", type=_nonempty_path, required=True, help="data directory: objects, and the SQLite index unless --index (created if missing)")
     _add_shared_flags(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080, help="0 picks a free port (printed on stdout)")
@@ -540,13 +571,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_cmd_serve)
 
     fsck_cmd = sub.add_parser("fsck", help="check a server's store: every indexed object present and valid; list orphans")
-    fsck_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
+    fsck_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
     fsck_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     fsck_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     fsck_cmd.set_defaults(func=_cmd_fsck)
 
     gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")
-    gc_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory (its objects)")
+    gc_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
     gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     gc_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
@@ -556,13 +587,13 @@ def build_parser() -> argparse.ArgumentParser:
     copy_cmd = sub.add_parser(
         "copy-index", help="copy a server's index into another (e.g. SQLite in --data into PostgreSQL); stop the servers first"
     )
-    copy_cmd.add_argument("--data", type=Path, required=True, help="the server's data directory")
+    copy_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory")
     copy_cmd.add_argument("--index", metavar="URL", help="the index to copy from (default: SQLite in --data)")
     copy_cmd.add_argument("--to", required=True, metavar="URL_OR_DIR", help="postgresql://USER@HOST/DB, or a directory for a SQLite index")
     copy_cmd.set_defaults(func=_cmd_copy_index)
 
     migrate_cmd = sub.add_parser("migrate", help="copy a directory store's objects into an S3-compatible bucket (resumable)")
-    migrate_cmd.add_argument("source", type=Path, help="the server's --data directory, or a directory store")
+    migrate_cmd.add_argument("source", type=_nonempty_path, help="the server's --data directory, or a directory store")
     migrate_cmd.add_argument("target", metavar="s3://BUCKET[/PREFIX]", help="where the objects go (AWS_* environment as for the AWS SDK)")
     migrate_cmd.add_argument(
         "--standalone", action="store_true", help="make the bucket a serverless store (for `git xet install --standalone s3://...`), not a server's --objects"
@@ -570,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate_cmd.set_defaults(func=_cmd_migrate)
 
     token = sub.add_parser("token", help="mint (or revoke) a user token for a server")
-    token.add_argument("--data", type=Path, help="the server's data directory (its secret and SQLite index, unless given otherwise)")
+    token.add_argument("--data", type=_nonempty_path, help="the server's data directory (its secret and SQLite index, unless given otherwise)")
     _add_shared_flags(token)
     token.add_argument("--scope", choices=["read", "write"], default="write")
     token.add_argument("--ttl", type=int, default=90 * 24 * 3600, help="lifetime in seconds (default: 90 days)")

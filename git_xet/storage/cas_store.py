@@ -25,6 +25,7 @@ are durable: a crash never exposes a file whose xorbs are missing.
 from __future__ import annotations
 
 import hashlib
+import os
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -125,11 +126,24 @@ class CasStore:
         unless `index` is given). `private`: it is for this process's user only (0700
         directories, 0600 files), as a server's must be; a serverless local store follows the umask."""
         self.root = Path(root)
+        existed = self.root.is_dir()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
         if private:
-            self.root.chmod(0o700)
+            self._make_private(existed)
         self.objects: ObjectStore = objects or DirectoryObjectStore(self.root, file_mode=0o600 if private else 0o644)
         self.index: MetadataIndex = index if index is not None else open_index(None, self.root)
+
+    def _make_private(self, existed: bool) -> None:
+        """A directory made here is made 0700 (mkdir's mode passes through the umask). One that
+        already existed is never chmodded: it may be shared or a parent of others' files (`/`,
+        from a unit file whose variable was unset); if others can read it, the operator is told."""
+        if not existed:
+            self.root.chmod(0o700)
+        elif os.name == "posix" and (mode := self.root.stat().st_mode & 0o777) & 0o077:
+            logging.getLogger(__name__).warning(
+                "git-xet: the data directory %s is open to other users (mode %o); its files are created 0600, "
+                "but to keep what it lists private run: chmod 700 %s", self.root, mode, self.root
+            )
 
     def close(self) -> None:
         self.index.close()
