@@ -22,7 +22,7 @@ from .backend import UploadStream, upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
 from .http_errors import status_error
 from .lfs_batch import batch_one
-from .retry import RetryPolicy, with_retries
+from .retry import Outage, RetryPolicy, with_retries
 from .tokens import StaticToken, TokenSource
 from .http_types import HttpClient, Response, Timeouts
 from .wire import Client
@@ -171,6 +171,7 @@ class HttpCasBackend:
         self.tokens = tokens or StaticToken(None)
         self.session_id = session_id or new_session_id()
         self.policy = policy or RetryPolicy.from_env()
+        self.outage = Outage()  # one retry budget for all of this store's calls (client/retry.py)
         self._owns_http = http is None  # a client passed in is its owner's to close
         self.http = http or make_http_client()
         self._grants_offered = True  # until the server answers a grant request with 404
@@ -232,7 +233,7 @@ class HttpCasBackend:
             resp.read(answer_limit)
             return resp
 
-        return with_retries(what, attempt, self.policy)
+        return with_retries(what, attempt, self.policy, self.outage, self.endpoint)
 
     # ------------------------------------------------------------------ uploads
 
@@ -297,7 +298,7 @@ class HttpCasBackend:
                 resp.read(MAX_ERROR_BYTES, truncate=True)
                 raise status_error(f"upload of xorb {xorb_hex[:12]} to its grant URL", resp)
 
-        return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy)
+        return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy, self.outage, self.endpoint)
 
     def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
         named = _stream_header(stream_id)
@@ -365,7 +366,7 @@ class HttpCasBackend:
         does not hold it. A CAS without that route (the Hub's) refuses with an HTTP error."""
         token = self.tokens.token()
         answer = batch_one(
-            self.http, f"{self.endpoint}/git-xet.git/info/lfs", "download", ["xet"], oid, size, bearer(token) if token else {}, self.policy
+            self.http, f"{self.endpoint}/git-xet.git/info/lfs", "download", ["xet"], oid, size, bearer(token) if token else {}, self.policy, self.outage
         )
         return answer.xet_file_hash()
 
@@ -439,4 +440,4 @@ class HttpCasBackend:
                 raise TransferError(f"xorb range for {fetch.xorb[:12]} truncated ({received} of {expected} bytes)", retryable=True)
             return data
 
-        return with_retries(f"download of xorb {fetch.xorb[:12]}", attempt, self.policy)
+        return with_retries(f"download of xorb {fetch.xorb[:12]}", attempt, self.policy, self.outage, self.endpoint)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from ..core.http_headers import FILE_HASH, LFS_MEDIA_TYPE, header_value
 from .errors import TransferError
 from .http_errors import status_error
-from .retry import RetryPolicy, with_retries
+from .retry import Outage, RetryPolicy, with_retries
 from .http_types import HttpClient, Response
 
 MAX_BATCH_ANSWER_BYTES = 1 << 20  # one object's entry; a larger answer is refused unread
@@ -53,10 +53,12 @@ def batch_one(
     size: int,
     headers: dict[str, str],
     policy: RetryPolicy | None = None,
+    outage: Outage | None = None,
 ) -> BatchObject:
     """POST one object to `{endpoint}/objects/batch`. A refused call raises the client error
     for its status (http_errors.status_error) with the server's reason (401/403: the caller
-    adds the fix); a per-object error is left in the answer for the caller to judge."""
+    adds the fix); a per-object error is left in the answer for the caller to judge. `outage`:
+    the retry budget this call draws on (client/retry.py; its own when None)."""
     what = f"LFS batch request to {endpoint}"
 
     def attempt() -> Response:
@@ -71,7 +73,7 @@ def batch_one(
             raise status_error(what, resp)  # 429/5xx: retried
         return resp
 
-    resp = with_retries(what, attempt, policy or RetryPolicy.from_env())
+    resp = with_retries(what, attempt, policy or RetryPolicy.from_env(), outage, endpoint)
     try:
         body = resp.json()
         entry = body["objects"][0]

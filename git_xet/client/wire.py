@@ -137,11 +137,10 @@ class Connection:
         except OSError as exc:  # ssl.SSLError included
             sock.close()
             if getattr(exc, "verify_message", None):  # ssl.SSLCertVerificationError: retrying cannot help
-                raise TransferError(
-                    f"the TLS certificate of {host}:{port} is not trusted ({exc.verify_message}); "  # type: ignore[attr-defined]
-                    "if your network uses its own certificate authority, install it in the system's store or name it in SSL_CERT_FILE",
-                    retryable=False,
-                ) from None
+                from .diagnosis import CERTIFICATE, advice
+
+                reason = exc.verify_message  # type: ignore[attr-defined]
+                raise TransferError(f"{advice(CERTIFICATE, f'{scheme}://{host}:{port}')} ({reason})", retryable=False) from None
             raise ConnectError(f"the TLS handshake with {host}:{port} failed: {exc}") from None
         return cls(origin, sock)
 

@@ -141,7 +141,11 @@ def _check_server(url: str) -> Iterator[Check]:
     try:
         health = httpx.get(url + "/health", timeout=10)
     except httpx.HTTPError as exc:
-        yield Check(False, f"mode: standalone, server {url} unreachable ({exc})", "start it (`git xet serve`) or fix xet.endpoint")
+        from ..client.diagnosis import diagnose
+
+        # The same advice a failed push gives (an untrusted certificate is not a stopped server).
+        fix = diagnose(exc, url) or "start it (`git xet serve`) or fix xet.endpoint"
+        yield Check(False, f"mode: standalone, server {url} unreachable ({exc})", fix)
         return
     try:
         ours = health.status_code == 200 and health.json() == {"status": "ok"}
