@@ -80,7 +80,8 @@ def auth_fix() -> str:
     """What to do about refused credentials, for the mode in use."""
     if configured_endpoint() is not None:  # standalone: a `git xet serve` and its own tokens
         return (
-            "mint a token on the server with `git xet token --data <its data directory> --scope write` "
+            "mint a token on the server with `git xet token --data <its data directory> --scope write --repo <repo>` "
+            "(the repo your teammates push to: tokens for different repos see different objects) "
             "and store it with `git config --global xet.token <token>` (or set $GIT_XET_TOKEN)"
         )
     return "set $HF_TOKEN to a token with write access, or store your credentials with `git credential approve`"

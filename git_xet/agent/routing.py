@@ -108,6 +108,21 @@ class StoreRouter:
             self._target = standalone_target()
         return self._target
 
+    def where_missing(self) -> str:
+        """Where an object that was not found was looked for, for the error: a server's repo is
+        named, since tokens for different repos see different objects, and a teammate whose
+        token names another repo would otherwise read only "not in the store"."""
+        from ..core.token_format import unverified_repo
+
+        target = self._target
+        repo = unverified_repo(target.token) if target is not None and target.kind == "http" else None
+        if target is None or repo is None:
+            return ""
+        return (
+            f" (looked up in repo '{repo}' of {target.location}, the repo your token is for; if it was pushed "
+            "with a token for another repo, get a token for that repo: `git xet token --repo NAME` on the server)"
+        )
+
     def http(self) -> HttpClient:
         if self._http is None:
             from ..client.http_backend import make_http_client

@@ -196,7 +196,7 @@ class AgentSession:
         backend, lookup = self.router.route(req)
         file_hex = lookup(req.oid)
         if backend is None or file_hex is None:
-            raise NotFoundError(f"object {req.oid} is not in the XET store; was it pushed?")
+            raise NotFoundError(f"object {req.oid} is not in the XET store{self.router.where_missing()}; was it pushed?")
         # Not fsynced: git-lfs hashes the file (tq/custom.go checks every agent download's sha256
         # against its oid) and moves it into its object store; a crash before then loses a temp
         # file, never an object. For the same reason the sha256 is not computed here as well: the

@@ -156,7 +156,7 @@ def _check_server(url: str) -> Iterator[Check]:
         return
     yield Check(True, f"mode: standalone, server {url}")
     token = os.environ.get("GIT_XET_TOKEN") or _config("xet.token")
-    fix = "mint one on the server with `git xet token --data DIR --scope write` and store it with `git config --global xet.token ...`"
+    fix = "mint one on the server with `git xet token --data DIR --scope write --repo REPO` and store it with `git config --global xet.token ...`"
     if not token:
         yield Check(False, "no access token", fix)
         return
@@ -170,7 +170,50 @@ def _check_server(url: str) -> Iterator[Check]:
     if write.status_code in (401, 403):
         yield Check(False, f"access token allows reading only: pushes will fail ({_refused('write', write)})", fix)
         return
-    yield Check(read.status_code == 404 and write.status_code in (200, 400), "access token accepted for reading and pushing", fix)
+    from ..core.token_format import unverified_repo
+
+    repo = unverified_repo(token)
+    named = f" (repo '{repo}')" if repo else ""
+    yield Check(read.status_code == 404 and write.status_code in (200, 400), f"access token{named} accepted for reading and pushing", fix)
+    if repo:
+        yield from _check_objects_in_repo(url, auth, repo)
+
+
+SAMPLED_OBJECTS = 100  # how many of HEAD's LFS objects doctor looks up (one batch request)
+
+
+def _check_objects_in_repo(url: str, auth: dict[str, str], repo: str) -> Iterator[Check]:
+    """Inside a clone: are the LFS objects of HEAD in the repo the token names? Tokens for
+    different repos push into different namespaces, so a teammate holding a token for another
+    repo sees a working store and a push that succeeds, and the next clone misses objects."""
+    import json
+
+    import httpx
+
+    listed = run_git("lfs", "ls-files", "--json")
+    try:
+        files = json.loads(listed.stdout or "{}").get("files") or [] if listed.ok else []
+    except ValueError:
+        files = []
+    objects = [{"oid": f["oid"], "size": f["size"]} for f in files if isinstance(f, dict) and "oid" in f and "size" in f][:SAMPLED_OBJECTS]
+    if not objects:
+        return
+    answer = httpx.post(
+        f"{url}/git-xet.git/info/lfs/objects/batch",
+        json={"operation": "download", "transfers": ["xet"], "objects": objects},
+        headers={**auth, "Accept": "application/vnd.git-lfs+json"},
+        timeout=30,
+    )
+    if answer.status_code != 200:
+        yield Check(False, _refused(f"looking up this repository's LFS objects in repo '{repo}'", answer))
+        return
+    missing = sum(1 for entry in answer.json().get("objects", []) if not isinstance(entry, dict) or "actions" not in entry)
+    yield Check(
+        missing == 0,
+        f"{len(objects) - missing} of {len(objects)} LFS objects of HEAD are in repo '{repo}'",
+        "the others were pushed to another repo, or not pushed: ask whoever pushed them which repo their token names "
+        "(`git xet doctor` shows it) and get a token for that repo (`git xet token --repo NAME`), or push them with `git lfs push --all origin`",
+    )
 
 
 def _check_native(url: str) -> Iterator[Check]:

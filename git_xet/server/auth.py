@@ -28,11 +28,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.token_format import PREFIX as _PREFIX
+from ..core.token_format import b64 as _b64
+from ..core.token_format import unb64 as _unb64
 from .errors import RequestRefused, SecretError
 
 SCOPES = ("read", "write")
 KINDS = ("user", "cas")
-_PREFIX = "xet1"
 MIN_SECRET_BYTES = 16
 
 
@@ -66,14 +68,6 @@ def presented_token(authorization: str, *, basic: bool = False) -> str | None:
             return None
         return password
     return None
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def read_secret_file(path: Path) -> bytes:
@@ -199,7 +193,7 @@ class Signer:
         try:
             claims = Claims(str(raw["kind"]), str(raw["id"]), str(raw["scope"]), int(raw["exp"]), str(raw["repo"]))
         except (KeyError, TypeError, ValueError):
-            raise AuthError(401, "token from an older git-xet server; mint a new one with `git xet token`") from None
+            raise AuthError(401, "token from an older git-xet server; mint a new one with `git xet token --repo REPO`") from None
         if claims.exp < (time.time() if now is None else now):
             raise AuthError(401, "token expired; request a new one")
         if claims.id in revoked:

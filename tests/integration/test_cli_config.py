@@ -10,6 +10,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -370,6 +371,31 @@ def test_each_push_shows_one_summary_of_what_it_sent(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ doctor
+
+
+@pytest.mark.parametrize("cloner_repo", ["acme/model", "acme/other"])
+def test_a_token_for_another_repo_is_named_where_it_matters(tmp_path: Path, cloner_repo: str) -> None:
+    """The new user's trial: two teammates whose tokens name different repos push into different
+    namespaces. The clone's error names the repo the token is for and says how to get the right
+    token, and doctor, run in the clone, counts HEAD's objects that are not in that repo."""
+    pusher, cloner = make_git_env(tmp_path / "pusher"), make_git_env(tmp_path / "cloner")
+    with running_server(tmp_path / "srv" / "data") as srv:
+        for g, repo in ((pusher, "acme/model"), (cloner, cloner_repo)):
+            g.git_xet("install", "--standalone", srv.url)
+            g.git("config", "--global", "xet.token", srv.token("write", repo=repo))
+        work = _repo_with_lfs_file(pusher)
+        pusher.git("push", "origin", "main", cwd=work)
+        clone = cloner.git("clone", str(work.parent / "work.git"), str(tmp_path / "clone"), check=False)
+        doctor = cloner.git_xet("doctor", cwd=tmp_path / "clone", check=False)
+    assert f"access token (repo '{cloner_repo}') accepted" in doctor.stdout, doctor.stdout
+    if cloner_repo == "acme/model":
+        assert clone.returncode == 0, clone.stderr
+        assert doctor.returncode == 0 and f"1 of 1 LFS objects of HEAD are in repo '{cloner_repo}'" in doctor.stdout
+    else:
+        assert clone.returncode != 0
+        assert f"looked up in repo '{cloner_repo}' of {srv.url}, the repo your token is for" in clone.stderr, clone.stderr
+        assert "git xet token --repo NAME" in clone.stderr
+        assert doctor.returncode == 1 and f"0 of 1 LFS objects of HEAD are in repo '{cloner_repo}'" in doctor.stdout, doctor.stdout
 
 
 def test_doctor_checks_what_it_claims(tmp_path: Path) -> None:
