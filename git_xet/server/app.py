@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -116,7 +117,7 @@ class CasApp:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.object_bucket = open_s3_objects(config.objects) if config.objects else None
-        self.store = CasStore(config.data_dir, objects=self.object_bucket, private=True, index=open_index(config.index_url, config.data_dir))
+        self.store = CasStore(config.data_dir, objects=self.object_bucket, private=True, index=open_index(config.index_url, config.data_dir, read_only=not os.access(config.data_dir, os.W_OK)))
         self.signer = Signer(load_secret(config.data_dir, config.secret_file, shared=config.index_url is not None))
         self._revoked: frozenset[str] = frozenset()
         self._revoked_at = float("-inf")

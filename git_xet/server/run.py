@@ -107,14 +107,17 @@ def serve(
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    # With its SQLite index a data directory has one server; with a shared index, replicas
-    # share the objects directory (writes are atomic renames; temp-file cleanup takes the writers' lock).
-    if index_url is None and lock_data_dir(data_dir) is None:
+    if not os.access(data_dir, os.W_OK):
+        # A backup snapshot or a read-only share: served for reading (clones), every write
+        # refused with the reason. Nobody can write it, so it needs no lock and no cleanup.
+        log.warning("%s cannot be written here: serving it read-only (pushes are refused)", data_dir)
+    elif index_url is None and lock_data_dir(data_dir) is None:
+        # With its SQLite index a data directory has one server; with a shared index, replicas
+        # share the objects directory (writes are atomic renames; temp-file cleanup takes the writers' lock).
         holder = (data_dir / "server.lock").read_text().strip() or "?"
         print(f"git-xet serve: {data_dir} is in use by another git-xet server (pid {holder}); stop it or use another --data", file=sys.stderr)
         return 1
-    removed = DirectoryObjectStore(data_dir).remove_abandoned_temp_files()
-    if removed:
+    elif removed := DirectoryObjectStore(data_dir).remove_abandoned_temp_files():
         log.info("removed %d temp files left by an interrupted write", removed)
     if objects:
         problem = _check_bucket(objects)

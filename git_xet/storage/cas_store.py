@@ -130,8 +130,10 @@ class CasStore:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700 if private else 0o777)
         if private:
             self._make_private(existed)
-        self.objects: ObjectStore = objects or DirectoryObjectStore(self.root, file_mode=0o600 if private else 0o644)
-        self.index: MetadataIndex = index if index is not None else open_index(None, self.root)
+        # Reads must not need write access (a backup snapshot, a read-only share for CI).
+        self.read_only = not os.access(self.root, os.W_OK)
+        self.objects: ObjectStore = objects or DirectoryObjectStore(self.root, file_mode=0o600 if private else 0o644, read_only=self.read_only)
+        self.index: MetadataIndex = index if index is not None else open_index(None, self.root, read_only=self.read_only)
 
     def _make_private(self, existed: bool) -> None:
         """A directory made here is made 0700 (mkdir's mode passes through the umask). One that

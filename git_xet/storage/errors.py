@@ -66,6 +66,14 @@ class Misconfigured(StorageError):
     """The store cannot be opened as configured (a newer format, an unknown index, a missing extra)."""
 
 
+def read_only_store(root: object) -> Misconfigured:
+    """The refusal of a write to a store this process may only read."""
+    return Misconfigured(
+        f"the store at {root} is read-only here (this user cannot write it, or it is on a read-only mount): "
+        "reading works, writing (a push) needs write access to it"
+    )
+
+
 _SQLITE_FULL = 13  # sqlite3.SQLITE_FULL, which Python 3.10 does not define
 
 

@@ -226,12 +226,13 @@ def copy_index(source: MetadataIndex, target: MetadataIndex, batch: int = 10_000
     return copied
 
 
-def open_index(url: str | None, data_dir: Path) -> MetadataIndex:
-    """The index `url` names (postgresql://...), or the SQLite index in `data_dir`."""
+def open_index(url: str | None, data_dir: Path, read_only: bool = False) -> MetadataIndex:
+    """The index `url` names (postgresql://...), or the SQLite index in `data_dir` (opened for
+    reading only with `read_only`)."""
     if url is None:
         from .index_sqlite import SqliteIndex
 
-        return SqliteIndex(Path(data_dir) / "index.sqlite")
+        return SqliteIndex(Path(data_dir) / "index.sqlite", read_only=read_only)
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from .index_postgres import PostgresIndex

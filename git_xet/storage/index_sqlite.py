@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..core.xorb import XorbLayout
 from ..fsutil import opening_lock
-from .errors import Conflict, Misconfigured
+from .errors import Conflict, Misconfigured, read_only_store
 from .index_base import COLUMNS, DEFAULT_REPO, TABLES, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 from .sqlite_file import SqliteFile
 
@@ -113,17 +113,28 @@ class SqliteIndex:
     """MetadataIndex in one SQLite file. Thread-safe: reads on one connection per thread,
     writes on one shared by all (under the write lock)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        """`read_only`: open for reading only (see SqliteFile); an index that would need a
+        migration is then refused, since migrating writes."""
         self.path = Path(path)
-        self._file = SqliteFile(self.path)
+        self._file = SqliteFile(self.path, read_only=read_only)
         self._xorb_stripes = [threading.Lock() for _ in range(XORB_LOCK_STRIPES)]
         self._xorb_lock_fd: int | None = None
         self._xorb_lock_file_opening = threading.Lock()
+        if read_only:
+            self._check_current()
+            return
         with opening_lock(self.path):  # the agents of a first push into a new local store open it together
             self._migrate()
 
     def __repr__(self) -> str:
         return f"SqliteIndex({str(self.path)!r})"
+
+    def _check_current(self) -> None:
+        version = self._connection().execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            newer = "a newer git-xet: upgrade git-xet" if version > SCHEMA_VERSION else "an older git-xet: open it once with write access to migrate it"
+            raise Misconfigured(f"{self.path} (index version {version}) is read-only here and was written by {newer}")
 
     def _migrate(self) -> None:
         conn = self._connection()
@@ -187,6 +198,8 @@ class SqliteIndex:
     def _xorb_lock_file(self) -> int:
         """The descriptor xorb_writer_lock's ranges are on, opened once (closing any descriptor
         of the file would drop every record lock this process holds on it)."""
+        if self._file.read_only:
+            raise read_only_store(self.path.parent)  # the lock guards a write
         with self._xorb_lock_file_opening:
             if self._xorb_lock_fd is None:
                 self._xorb_lock_fd = os.open(f"{self.path}.xorbs.lock", os.O_RDWR | os.O_CREAT, 0o600)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
 from ..fsutil import TEMP_SUFFIX, atomic_write, held_flock
+from .errors import read_only_store
 from .packed_objects import PackedObjects
 
 log = logging.getLogger("git_xet.storage")
@@ -77,11 +78,14 @@ class DirectoryObjectStore:
     # the server per piece (a worker-thread hop, the ASGI send chain).
     read_piece = 960 * 1024
 
-    def __init__(self, root: Path, file_mode: int = 0o644) -> None:
+    def __init__(self, root: Path, file_mode: int = 0o644, read_only: bool = False) -> None:
+        """`read_only`: reads only (a snapshot, a read-only share): no lock file is made, and a
+        write is refused with what to do instead of the operating system's bare error."""
         self.root = Path(root)
         self.file_mode = file_mode  # 0600 for a server's private data directory
+        self.read_only = read_only
         self._root_made = False
-        self.packed = PackedObjects(self.root)
+        self.packed = PackedObjects(self.root, read_only=read_only)
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -90,6 +94,8 @@ class DirectoryObjectStore:
         return self.root.joinpath(*parts)
 
     def _writing(self, operation: int) -> contextlib.AbstractContextManager[None]:
+        if self.read_only:
+            raise read_only_store(self.root)
         if not self._root_made:  # once per store object, not per write
             self.root.mkdir(parents=True, exist_ok=True)
             self._root_made = True

@@ -37,8 +37,9 @@ class PackedObjects:
     """Objects as (key, bytes) rows; every write durable when it returns. Opened on first use:
     a store that never holds a small object never has the file."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, read_only: bool = False) -> None:
         self.path = Path(root) / FILE_NAME
+        self.read_only = read_only  # see SqliteFile
         self._file: SqliteFile | None = None
         self._opening = threading.Lock()
 
@@ -49,6 +50,12 @@ class PackedObjects:
             return self._file
 
     def _open(self) -> SqliteFile:
+        if self.read_only:
+            file = SqliteFile(self.path, read_only=True)
+            version = file.reader().execute("PRAGMA user_version").fetchone()[0]
+            if version != SCHEMA_VERSION:
+                raise Misconfigured(f"{self.path} (version {version}) is read-only here and needs git-xet of its own version to be read")
+            return file
         self.path.parent.mkdir(parents=True, exist_ok=True)
         file = SqliteFile(self.path)
         with opening_lock(self.path):  # several agents of a first push open it together

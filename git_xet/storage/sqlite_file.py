@@ -26,10 +26,15 @@ from pathlib import Path
 
 
 class SqliteFile:
-    """The connections, the write lock and the group commit of one SQLite file (WAL)."""
+    """The connections, the write lock and the group commit of one SQLite file (WAL).
 
-    def __init__(self, path: Path) -> None:
+    `read_only`: the file (or the directory it is in) cannot be written here: a backup
+    snapshot, a read-only share for CI, another user's store. Reads need no lock file, no
+    journal-mode switch and no write access; a write transaction is refused with what to do."""
+
+    def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self._local = threading.local()
         self._write_lock = threading.Lock()
         self._lock_fd: int | None = None
@@ -39,9 +44,24 @@ class SqliteFile:
         self._synced = 0  # how many of them an fsync has covered
 
     def _connect(self, *, shared: bool = False) -> sqlite3.Connection:
+        if self.read_only:
+            return self._connect_read_only()
         conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=not shared)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")  # the WAL fsync at commit is ours: see sync_wal
+        return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """`mode=ro` reads a WAL database whose -shm and -wal files exist, while others may
+        still write it. On a read-only mount where they do not (a snapshot taken after a clean
+        close), only `immutable=1` opens it: nobody can be writing a read-only mount."""
+        uri = self.path.resolve().as_uri()
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=60, isolation_level=None)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            conn.close()
+            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=60, isolation_level=None)
         return conn
 
     def reader(self) -> sqlite3.Connection:
@@ -76,6 +96,10 @@ class SqliteFile:
         """A write transaction: committed on success (durable when this returns), rolled back
         on any error. `synced=False` skips the WAL fsync: that commit is durable only once a
         later synced one (or a checkpoint) is."""
+        if self.read_only:
+            from .errors import read_only_store
+
+            raise read_only_store(self.path.parent)
         with self._writer():
             conn = self._writer_connection()
             conn.execute("BEGIN IMMEDIATE")
