@@ -26,9 +26,8 @@ may_prune() {
     [ -r "/proc/$PPID/stat" ] || return 0 # no /proc: Python tells
     pid=$PPID
     for _ in 1 2 3 4; do
-        IFS= read -r stat <"/proc/$pid/stat" || return 1
-        name=${stat#*\(}
-        name=${name%\)*}
+        # (the shell's `read` takes a byte per system call: comm, a short line, before stat)
+        IFS= read -r name <"/proc/$pid/comm" || return 1
         case $name in
         git-lfs*)
             args=
@@ -37,6 +36,7 @@ may_prune() {
             return 1
             ;;
         esac
+        IFS= read -r stat <"/proc/$pid/stat" || return 1
         set -- ${stat##*\) } # the fields after the name: state, ppid, ...
         pid=$2
     done

@@ -12,7 +12,9 @@ So a download `init` from a git-lfs process that prunes (`git lfs prune`, or `gi
 --prune` with lfs.pruneverifyremotealways) is answered only after asking the store about every
 object prune would delete, as `git lfs prune --dry-run --verbose --no-verify-remote` lists them.
 As git-lfs does, an unreachable object counts only with --verify-unreachable. The verdict is
-kept for the other agents of the same git-lfs process (a file under <git-common-dir>/lfs/tmp).
+kept for the other agents of the same git-lfs process (a file under <git-common-dir>/lfs/tmp,
+which git-lfs removes once an hour old). Where the OS does not say which process started the
+agent (platform/processes.py), nothing is checked: only Hub mode verifies there.
 """
 
 from __future__ import annotations
