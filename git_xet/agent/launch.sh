@@ -14,6 +14,34 @@
 # A first line that is not git-lfs's compact `init` is left to Python, which answers or
 # refuses it as it always did. A request line can hold an LFS server's authorization header:
 # an environment is readable by its own user only, and transfer.py removes it at start.
+#
+# A download `init` from a git-lfs that prunes (`git lfs prune`, `git lfs fetch --prune`) is
+# Python's to answer: it asks the store about what prune would delete (prune_guard.py). On
+# Linux this shell tells from /proc with `read` alone (no process started); where there is no
+# /proc, every download `init` goes to Python, which tells (a Python start per agent).
+
+# Whether the git-lfs process above may be pruning (0) or surely is not (1). Its argv is read
+# with its NUL separators dropped: a loose match, which Python (platform/processes.py) settles.
+may_prune() {
+    [ -r "/proc/$PPID/stat" ] || return 0 # no /proc: Python tells
+    pid=$PPID
+    for _ in 1 2 3 4; do
+        # (the shell's `read` takes a byte per system call: comm, a short line, before stat)
+        IFS= read -r name <"/proc/$pid/comm" || return 1
+        case $name in
+        git-lfs*)
+            args=
+            IFS= read -r args <"/proc/$pid/cmdline" || [ -n "$args" ] || return 1 # (no newline)
+            case $args in *prune* | *fetch*-*p*) return 0 ;; esac
+            return 1
+            ;;
+        esac
+        IFS= read -r stat <"/proc/$pid/stat" || return 1
+        set -- ${stat##*\) } # the fields after the name: state, ppid, ...
+        pid=$2
+    done
+    return 1
+}
 
 unset GIT_XET_LAUNCHED_INIT GIT_XET_LAUNCHED_REQUEST # only this launcher's, never inherited
 IFS= read -r line || [ -n "$line" ] || exit 0 # no input at all: nothing to serve
@@ -22,6 +50,14 @@ case $line in
 *)
     export GIT_XET_LAUNCHED_REQUEST="$line"
     exec "$@"
+    ;;
+esac
+case $line in
+*'"operation":"download"'*)
+    if [ -z "${GIT_XET_PRUNE_CHECK-}" ] && may_prune; then
+        export GIT_XET_LAUNCHED_REQUEST="$line"
+        exec "$@"
+    fi
     ;;
 esac
 printf '{}\n'

@@ -1,5 +1,5 @@
 """Which git-lfs process an agent works for: the id under which a push's agents meet (the push
-summary's log, the fork server's socket). Only `os`: the agent reads it before its first object.
+summary's log, the fork server's socket). Only `os` (platform.processes): the agent reads it before its first object.
 
 git-lfs runs each agent through `sh -c`, so the git-lfs process is the agent's parent's parent;
 its start time is part of the id, so a reused pid is a different command. A worker forked for
@@ -8,29 +8,18 @@ an agent (fork_server.py) is not the agent's descendant: it adopts the agent's i
 
 from __future__ import annotations
 
-import os
+from ..platform.processes import git_lfs_ancestor
 
 _adopted: str | None = None
 
 
 def lfs_process_id() -> str | None:
-    """`<pid>-<start time>` of the git-lfs process above this one (at most three levels up),
-    or None when there is none or /proc cannot tell."""
+    """`<pid>-<start time>` of the git-lfs process above this one, or None when there is none
+    or the OS cannot tell without starting a process (everywhere but Linux)."""
     if _adopted is not None:
         return _adopted
-    pid = os.getppid()
-    for _ in range(3):
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat_file:
-                stat = stat_file.read()
-        except OSError:
-            return None
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if name.startswith("git-lfs"):
-            return f"{pid}-{fields[19]}"  # field 22 of stat: start time
-        pid = int(fields[1])  # the parent's parent
-    return None
+    found = git_lfs_ancestor(with_argv=False, may_spawn=False)  # (no `ps` per agent elsewhere)
+    return None if found is None else f"{found.pid}-{found.start}"
 
 
 def adopt(process_id: str) -> None:

@@ -156,6 +156,28 @@ class StoreRouter:
         assert isinstance(backend, HttpCasBackend)
         return backend.lfs_object(req.oid, req.size)
 
+    def missing(self, objects: list[tuple[str, int]]) -> list[str]:
+        """The oids of `objects` ((oid, size) pairs) that the store does not hold, asked as a
+        download would ask: the configured store's oid lookup, else (native or Hub-style) the
+        remote's LFS batch API, where a missing object comes back with a per-object 404.
+        Raises when the store cannot be asked, or answers another per-object error."""
+        if configured_endpoint() is not None:
+            backend = self._standalone_backend(self._standalone_target())
+            return [oid for oid, size in objects if backend.file_for_sha256(oid, size) is None]
+        from ..client.lfs_batch import batch_one
+
+        endpoint = lfs_endpoint(self.remote)
+        creds = credential_headers(endpoint)
+        absent = []
+        for oid, size in objects:
+            answer = batch_one(self.http(), endpoint, "download", ["basic"], oid, size, creds)
+            refusal = answer.error_message()
+            if refusal is not None and answer.error_code() != 404:
+                raise TransferError(f"the LFS server says about {oid[:12]}: {refusal}")
+            if refusal is not None or answer.action("download") is None:
+                absent.append(oid)
+        return absent
+
     def _standalone(self, req: Transfer) -> tuple[XetBackend, Lookup]:
         target = self._standalone_target()
         backend = self._standalone_backend(target)

@@ -159,9 +159,24 @@ def _answer_init(lines: Iterable[str], out: ProtocolOut) -> protocol.Init | int:
             return 1
         if isinstance(req, protocol.Terminate):
             return 0
+        refused = _prune_refusal(req)
+        if refused is not None:
+            _setup_logging().warning("%s", refused)
+            out.send(protocol.init_error(refused))  # git-lfs shows it; its prune deletes nothing
+            return 1
         out.send(protocol.init_ok())
         return req
     return 0
+
+
+def _prune_refusal(init: protocol.Init) -> str | None:
+    """Why a download `init` from a git-lfs that prunes objects the store lacks is refused
+    (prune_guard.py, imported only for download inits); None: answer it."""
+    if init.operation != "download":
+        return None
+    from .prune_guard import refusal
+
+    return refusal(init.operation, init.remote)
 
 
 def serve(lines: Iterable[str], out: ProtocolOut, remote: str | None) -> int:

@@ -32,6 +32,12 @@ class BatchObject(NamedTuple):
             return None
         return str(error.get("message") if isinstance(error, dict) else error)
 
+    def error_code(self) -> int | None:
+        """The per-object error's code (404: the server does not hold it), None without one."""
+        error = self.entry.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        return code if isinstance(code, int) else None
+
     def action(self, operation: str) -> dict[str, Any] | None:
         """The object's `upload` or `download` action; None when the server offers none (an
         upload the server already holds, a download it does not)."""

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,49 @@ def test_doctor_checks_every_file_the_registered_command_names(tmp_path: Path) -
     assert not _agent_runnable("sh", args)
     assert not _agent_runnable("sh", f"'{LAUNCHER}' '{agent}")  # unbalanced quote: no shell runs it
     assert not _agent_runnable(str(tmp_path / "gone"), "transfer")
+
+
+UPLOAD_INIT = INIT.replace('"download"', '"upload"')
+
+
+def _under_git_lfs(shell: tuple[str, ...], lfs_args: list[str], init: str, env: dict[str, str] | None = None) -> list[str]:
+    """launch.sh run by a stand-in git-lfs (a copy of `shell` named git-lfs, so /proc names it
+    so) whose argv ends with `lfs_args`, as git-lfs runs it (through `sh -c`). Paths go in the
+    environment: this checkout's path may hold "prune", and the stand-in's argv must not."""
+    bin_dir = Path(tempfile.mkdtemp(prefix="lfs-"))
+    try:
+        stand_in = bin_dir / "git-lfs"
+        shutil.copy(shutil.which(shell[0]) or shell[0], stand_in)
+        script = 'sh -c \'"$0" "$L" "$P" -c "$R" transfer; :\' "$S"; :'  # (a last `:`: no exec)
+        env = {**os.environ, **(env or {}), "L": LAUNCHER, "P": sys.executable, "R": _REPORT, "S": shell[0]}
+        proc = subprocess.run([str(stand_in), *shell[1:], "-c", script, *lfs_args], input=f"{init}\n{TERMINATE}\n".encode(), capture_output=True, timeout=60, check=False, env=env)
+    finally:
+        shutil.rmtree(bin_dir)
+    assert not proc.stderr, proc.stderr
+    return proc.stdout.decode().splitlines()
+
+
+PRUNES = [["prune", "--verify-remote"], ["prune"], ["fetch", "--prune"], ["fetch", "origin", "-rp"]]
+NOT_PRUNING = [["filter-process"], ["fetch", "origin"], ["pull"], ["push", "--all", "origin"], ["fetch", "--recent"]]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("lfs_args", PRUNES)
+def test_a_download_init_from_a_git_lfs_that_prunes_is_left_to_the_agent(shell: tuple[str, ...], lfs_args: list[str]) -> None:
+    out = _under_git_lfs(shell, lfs_args, INIT)
+    assert len(out) == 1 and json.loads(out[0])["request"] == INIT  # unanswered, handed over as read
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("lfs_args", NOT_PRUNING)
+def test_a_download_init_from_any_other_git_lfs_is_answered_by_the_launcher(shell: tuple[str, ...], lfs_args: list[str]) -> None:
+    assert _under_git_lfs(shell, lfs_args, INIT) == ["{}"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("shell", SHELLS)
+def test_upload_inits_and_the_checks_own_commands_are_answered_by_the_launcher(shell: tuple[str, ...]) -> None:
+    assert _under_git_lfs(shell, ["prune"], UPLOAD_INIT) == ["{}"]
+    assert _under_git_lfs(shell, ["prune"], INIT, env={"GIT_XET_PRUNE_CHECK": "1"}) == ["{}"]
