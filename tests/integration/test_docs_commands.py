@@ -269,7 +269,7 @@ def test_production_service_as_the_page_sets_it_up(tmp_path: Path) -> None:
         log = tmp_path / "service.log"
         with open(log, "ab") as err:
             proc = subprocess.Popen(
-                ["setpriv", "--reuid", SERVICE_USER, "--regid", SERVICE_USER, "--init-groups", "--", *_exec_start(unit)],
+                ["runuser", "-u", SERVICE_USER, "--", *_exec_start(unit)],  # not setpriv: it keeps root's capabilities
                 stdout=subprocess.PIPE, stderr=err, env=service_env, cwd="/", preexec_fn=lambda: os.umask(0o077),
             )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
