@@ -220,7 +220,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         from .server.run import Limits, serve
     except ImportError as exc:
-        print(f"git-xet serve: the server needs extra packages ({exc.name}); install with: pip install 'git-xet[server]'", file=sys.stderr)
+        print(f"git-xet serve: the server needs extra packages ({exc.name}); from a git-xet checkout run: {sys.executable} -m pip install '.[server]' (install/install.sh includes it)", file=sys.stderr)
         return 1
     limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections)
     return serve(

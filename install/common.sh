@@ -2,19 +2,21 @@
 # Usage: EXTRAS=test source install/common.sh   (sets ROOT and VENV)
 #   GIT_XET_VENV=DIR     where the virtualenv goes (default: .venv in the checkout)
 #   GIT_XET_EDITABLE=0   install a copy instead of an editable checkout (the installer does)
+#   PYTHON=EXE           the interpreter the virtualenv is made from (default: python3 on PATH)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${GIT_XET_VENV:-$ROOT/.venv}"
 EXTRAS="${EXTRAS:-}"
+PYTHON="${PYTHON:-python3}"
 
 missing=()
-command -v python3 >/dev/null || missing+=(python3)
+command -v "$PYTHON" >/dev/null || missing+=(python3)
 command -v git >/dev/null || missing+=(git)
 command -v git-lfs >/dev/null || missing+=(git-lfs)
 command -v cc >/dev/null || missing+=(gcc)
-if command -v python3 >/dev/null; then
-  python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
-  python3 - <<'PY' || missing+=(python3-dev)
+if command -v "$PYTHON" >/dev/null; then
+  "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+  "$PYTHON" - <<'PY' || missing+=(python3-dev)
 import os, sys, sysconfig
 sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)
 PY
@@ -41,7 +43,7 @@ if ((${#missing[@]})); then
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
+  "$PYTHON" -m venv "$VENV"
 fi
 spec="$ROOT"
 [ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"

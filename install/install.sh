@@ -23,6 +23,41 @@ else
 fi
 MAN_DIR="${MAN_DIR:-$(dirname "$BIN_DIR")/share/man/man1}"
 export GIT_XET_VENV="$GIT_XET_HOME/venv" GIT_XET_EDITABLE=0
+
+# A virtualenv is not a copy of Python: its bin/python is a link to the interpreter it was made
+# from, and the standard library stays there. As root the install is for the machine (a service
+# user runs /opt/git-xet/venv/bin/git-xet), so that interpreter must be one every user can run.
+# The python3 first on root's PATH may not be (pyenv's lives in root's 0700 home: the service
+# then fails with "Permission denied"); `venv --copies` does not help, since the copied binary
+# still loads its library and stdlib from there. So as root: the PATH's python3 if others can
+# reach it, else the system's /usr/bin/python3; a venv left by an earlier install on a private
+# interpreter is made again.
+others_can_run() {  # every directory above the interpreter's real file, and the file, allow o+x
+  local path
+  path="$("$1" -c 'import os, sys; print(os.path.realpath(sys._base_executable))' 2>/dev/null)" || return 1
+  while [ "$path" != / ]; do
+    [ -n "$(find "$path" -maxdepth 0 -perm -o+x)" ] || return 1
+    path="$(dirname "$path")"
+  done
+}
+if [ "$(id -u)" = 0 ] && [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  if command -v python3 >/dev/null && ! others_can_run python3; then
+    if [ -x /usr/bin/python3 ] && others_can_run /usr/bin/python3; then
+      echo "git-xet: $(command -v python3) is private to root; making the virtualenv from /usr/bin/python3" >&2
+      PYTHON=/usr/bin/python3
+    else
+      echo "git-xet: other users cannot run $(command -v python3) (a system-wide install needs that);" >&2
+      echo "         install a system Python (Debian/Ubuntu: apt-get install python3) or set PYTHON=/path/to/python3" >&2
+      exit 1
+    fi
+  fi
+  if [ -x "$GIT_XET_VENV/bin/python" ] && ! others_can_run "$GIT_XET_VENV/bin/python"; then
+    echo "git-xet: $GIT_XET_VENV was made from a Python other users cannot run; making it again" >&2
+    rm -rf "$GIT_XET_VENV"
+  fi
+  export PYTHON
+fi
 EXTRAS=server source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 mkdir -p "$BIN_DIR"
 ln -sf "$VENV/bin/git-xet" "$BIN_DIR/git-xet"

@@ -21,6 +21,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import time
@@ -77,8 +78,28 @@ def read_secret_file(path: Path) -> bytes:
     except OSError as exc:
         raise SecretError(f"cannot read the secret file {path}: {exc.strerror or exc}") from None
     if len(value) < MIN_SECRET_BYTES:
-        raise SecretError(f"{path} holds {len(value)} bytes; the secret must be at least {MIN_SECRET_BYTES} (e.g. `openssl rand -hex 32 > {path}`)")
+        raise SecretError(
+            f"{path} holds {len(value)} bytes; the secret must be at least {MIN_SECRET_BYTES}. If this server had a secret "
+            f"before, give that file (its data directory's `secret`) to keep every token valid; for a new one run "
+            f"`(umask 077 && openssl rand -hex 32 > {path})`"
+        )
+    _warn_if_others_can_read(Path(path))
     return value
+
+
+def _warn_if_others_can_read(path: Path) -> None:
+    """Anyone who can read the secret can mint a token for any repo: say so, with the fix. The
+    file is not chmodded here: it may be a mounted secret the server does not own."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return
+    if os.name == "posix" and mode & 0o077:
+        logging.getLogger(__name__).warning(
+            "git-xet: the server secret %s can be read by other users (mode %o); anyone who reads it can mint tokens "
+            "for every repo: run chmod 600 %s",
+            path, mode, path,
+        )  # fmt: skip
 
 
 def load_secret(data_dir: Path | None, secret_file: Path | None = None, shared: bool = False) -> bytes:
@@ -91,13 +112,24 @@ def load_secret(data_dir: Path | None, secret_file: Path | None = None, shared: 
     if secret_file is not None:
         return read_secret_file(secret_file)
     if shared:
-        raise SecretError(
-            "with a shared index every replica needs the same secret: set $GIT_XET_SERVER_SECRET or pass --secret-file "
-            "(e.g. a file made with `openssl rand -hex 32`)"
-        )
+        raise SecretError(_shared_secret_missing(data_dir))
     if data_dir is None:
         raise SecretError("no server secret: set $GIT_XET_SERVER_SECRET, or pass --secret-file or --data")
     return load_or_create_secret(data_dir)
+
+
+def _shared_secret_missing(data_dir: Path | None) -> str:
+    """Why a server on a shared index will not start without --secret-file, and the fix that keeps
+    existing tokens valid: the data directory's own secret, named as a file (a new secret would
+    void every token and signed URL minted so far)."""
+    start = "with a shared index every replica needs the same secret, from --secret-file or $GIT_XET_SERVER_SECRET"
+    existing = Path(data_dir) / "secret" if data_dir is not None else None
+    if existing is not None and existing.exists():
+        return (
+            f"{start}: to keep the tokens minted so far, pass --secret-file {existing} (this data directory's secret; "
+            f"copy it to every replica). A new secret would void every token"
+        )
+    return f"{start}: for a new server, make one with `(umask 077 && openssl rand -hex 32 > FILE)` and pass --secret-file FILE"
 
 
 def load_or_create_secret(data_dir: Path) -> bytes:
@@ -117,6 +149,7 @@ def load_or_create_secret(data_dir: Path) -> bytes:
                 f"Delete the file to have a new one generated (every token minted so far stops working), "
                 f"or put the old secret back"
             )
+        _warn_if_others_can_read(path)
         return value
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     value = secrets.token_hex(32).encode("ascii")

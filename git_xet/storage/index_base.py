@@ -20,6 +20,7 @@ Nothing here grows one row per chunk (the Hub's scale rule):
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -237,6 +238,6 @@ def open_index(url: str | None, data_dir: Path, read_only: bool = False) -> Meta
         try:
             from .index_postgres import PostgresIndex
         except ImportError as exc:
-            raise Misconfigured(f"a PostgreSQL index needs psycopg ({exc.name}); install with: pip install 'git-xet[postgres]'") from None
+            raise Misconfigured(f"a PostgreSQL index needs psycopg ({exc.name}); from a git-xet checkout run: {sys.executable} -m pip install '.[postgres]'") from None
         return PostgresIndex(url)
     raise Misconfigured(f"unknown index {url.split(':', 1)[0]!r}: use postgresql://USER@HOST/DB (or leave --index out for SQLite in --data)")

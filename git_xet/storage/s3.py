@@ -24,6 +24,7 @@ object), so CasStore never relies on it alone (see MetadataIndex.xorb_writer_loc
 from __future__ import annotations
 
 import io
+import sys
 import time
 from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
@@ -109,7 +110,7 @@ def _import_botocore() -> Any:
         import botocore.config
         import botocore.session  # the submodules this module uses
     except ImportError:
-        raise S3Error("S3 storage needs botocore: pip install 'git-xet[s3]'") from None
+        raise S3Error(f"S3 storage needs botocore: from a git-xet checkout run: {sys.executable} -m pip install '.[s3]'") from None
     import botocore
 
     return botocore

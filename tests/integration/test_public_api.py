@@ -1,4 +1,4 @@
-"""The public Python API: `import git_xet` stays cheap, and the README's library example runs
+"""The public Python API: `import git_xet` stays cheap, and the library example of docs/api.md runs
 as written against a directory store and against a real `git xet serve`."""
 
 from __future__ import annotations
@@ -18,16 +18,15 @@ from tests.support import hf_xet_oracle
 from tests.support.datagen import random_bytes
 from tests.support.server_process import running_server
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-EXAMPLE_STORE = "/shared/xet-store"  # the location the README's example names
+API_PAGE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+EXAMPLE_STORE = "/shared/xet-store"  # the location the example names
 
 
 def _readme_example() -> str:
-    """The first Python block after the README's library heading."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Client pipelines (library)") :]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README's library section has no python example"
+    """The first Python block of the API page."""
+    text = API_PAGE.read_text(encoding="utf-8")
+    match = re.search(r"```python\n(.*?)```", text, re.S)
+    assert match, "docs/api.md has no python example"
     return match.group(1)
 
 

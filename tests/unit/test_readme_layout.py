@@ -1,5 +1,5 @@
-"""The README's Layout section names every source file of the package, the installers, the
-benchmarks and the shared test support: a tree that grows a module the README does not mention
+"""The Layout section of docs/architecture.md names every source file of the package, the installers, the
+benchmarks and the shared test support: a tree that grows a module the page does not mention
 (or loses one it still describes) fails here, so the map stays true."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ MAPPED = ("git_xet", "bench", "install", "tests/support")
 
 
 def _layout_section() -> str:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "architecture.md").read_text()
     start = readme.index("\n## Layout\n")
     return readme[start : readme.index("\n## ", start + 1)]
 
