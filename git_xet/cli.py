@@ -97,7 +97,7 @@ def _report_git_config(name: str, action) -> int:
 def _cmd_install(args: argparse.Namespace) -> int:
     from .commands.install import install
 
-    return _report_git_config("install", lambda: install(_scope(args), args.standalone, args.remote, args.concurrency, args.native))
+    return _report_git_config("install", lambda: install(_scope(args), args.standalone, args.remote, args.concurrency, args.native, check_server=not args.no_check))
 
 
 def _cmd_uninstall(args: argparse.Namespace) -> int:
@@ -484,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scope_flags(install_cmd)
     install_cmd.add_argument("--standalone", metavar="ENDPOINT", type=_nonempty_store, help="store LFS objects in this XET store (a directory or a `git xet serve` URL)")
     install_cmd.add_argument("--remote", help="with --standalone: only for this remote (use with --local)")
+    install_cmd.add_argument("--no-check", action="store_true", help="with --standalone URL: do not check that the server answers (one set up later)")
     install_cmd.add_argument("--concurrency", type=int, help="set lfs.concurrenttransfers")
     install_cmd.add_argument(
         "--native", metavar="URL", help="for a Hub-style server (e.g. https://huggingface.co): our own batch calls, native XET downloads"

@@ -135,7 +135,9 @@ def _check_bucket(location: str) -> Check:
     return Check(True, f"mode: standalone, bucket store {location}")
 
 
-def _check_server(url: str) -> Iterator[Check]:
+def server_health(url: str) -> Check:
+    """Does `url` answer like `git xet serve` (GET /health)? Doctor's check, and `git xet
+    install --standalone URL`'s: a wrong port is found at install, not at the first push."""
     import httpx
 
     try:
@@ -145,16 +147,23 @@ def _check_server(url: str) -> Iterator[Check]:
 
         # The same advice a failed push gives (an untrusted certificate is not a stopped server).
         fix = diagnose(exc, url) or "start it (`git xet serve`) or fix xet.endpoint"
-        yield Check(False, f"mode: standalone, server {url} unreachable ({exc})", fix)
-        return
+        return Check(False, f"mode: standalone, server {url} unreachable ({exc})", fix)
     try:
         ours = health.status_code == 200 and health.json() == {"status": "ok"}
     except ValueError:
         ours = False
     if not ours:
-        yield Check(False, f"mode: standalone, but {url} does not answer like `git xet serve` (GET /health: HTTP {health.status_code})", "set xet.endpoint to the URL `git xet serve` printed (or its public URL)")
+        return Check(False, f"mode: standalone, but {url} does not answer like `git xet serve` (GET /health: HTTP {health.status_code})", "give the URL `git xet serve` printed (or its public URL)")
+    return Check(True, f"mode: standalone, server {url}")
+
+
+def _check_server(url: str) -> Iterator[Check]:
+    import httpx
+
+    health = server_health(url)
+    yield health
+    if not health.ok:
         return
-    yield Check(True, f"mode: standalone, server {url}")
     token = os.environ.get("GIT_XET_TOKEN") or _config("xet.token")
     fix = "mint one on the server with `git xet token --data DIR --scope write --repo REPO` and store it with `git config --global xet.token ...`"
     if not token:

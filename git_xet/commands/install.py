@@ -74,9 +74,10 @@ def _python_agent() -> tuple[str, str]:
     return sys.executable, "-m git_xet transfer"
 
 
-def install(scope: Scope, standalone: str | None, remote: str | None, concurrency: int | None, native: str | None = None) -> list[str]:
+def install(scope: Scope, standalone: str | None, remote: str | None, concurrency: int | None, native: str | None = None, check_server: bool = True) -> list[str]:
     """Configure git; returns human-readable lines of what was done. Every argument is checked
-    before git's configuration is touched."""
+    before git's configuration is touched, a server store's URL included (it must answer like
+    `git xet serve`, unless `check_server` is False: a server set up later)."""
     from ..client.location import LocationError, create_local_store, parse_store_location
 
     where = None
@@ -89,6 +90,12 @@ def install(scope: Scope, standalone: str | None, remote: str | None, concurrenc
         raise GitError(f"--native needs the Hub's URL with its scheme, e.g. https://huggingface.co (got '{native}')")
     if concurrency is not None and concurrency < 1:
         raise GitError("--concurrency must be at least 1 (git-lfs's default is 8)")
+    if where is not None and where.kind == "http" and check_server:
+        from .doctor import server_health
+
+        health = server_health(where.location)
+        if not health.ok:
+            raise GitError(f"{health.what.removeprefix('mode: standalone, ')}: {health.fix} (or, for a server you set up later, add --no-check)")
     done = []
     if where is not None and where.kind == "local":
         try:

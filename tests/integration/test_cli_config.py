@@ -472,14 +472,16 @@ def test_doctor_and_a_push_give_the_same_advice_for_each_way_a_store_cannot_be_r
     dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
     g = make_git_env(tmp_path / "env")
     g.env.update(GIT_XET_RETRY_BASE_DELAY="0.01")
-    g.git_xet("install", "--standalone", f"https://localhost:{port}")  # git-lfs's hooks, before the repository
+    g.git_xet("install", "--no-check", "--standalone", f"https://localhost:{port}")  # git-lfs's hooks, before the repository
     work = _repo_with_lfs_file(g)
     try:
         for url, advice, wrong in (
             (f"https://localhost:{port}", "SSL_CERT_FILE", "start it"),
             (f"http://127.0.0.1:{dead.getsockname()[1]}", "nothing accepts connections at", "SSL_CERT_FILE"),
         ):
-            g.git_xet("install", "--standalone", url)
+            install = g.git_xet("install", "--standalone", url, check=False)  # refused, with the same advice
+            assert install.returncode == 1 and advice in install.stderr and "--no-check" in install.stderr, install.stderr
+            g.git_xet("install", "--no-check", "--standalone", url)
             g.git("config", "--global", "xet.token", "any")
             doctor = g.git_xet("doctor", check=False)
             assert doctor.returncode == 1 and advice in doctor.stdout and wrong not in doctor.stdout, doctor.stdout
@@ -602,7 +604,7 @@ def test_help_and_errors(tmp_path: Path) -> None:
 def test_a_failed_push_prints_no_summary(tmp_path: Path) -> None:
     g = make_git_env(tmp_path)
     g.env.update(GIT_XET_RETRY_MAX_ATTEMPTS="1")
-    g.git_xet("install", "--standalone", "http://127.0.0.1:9")  # nothing listens on the discard port
+    g.git_xet("install", "--no-check", "--standalone", "http://127.0.0.1:9")  # nothing listens on the discard port
     work = _repo_with_lfs_file(g)
     code, shown = _on_a_terminal(g, "git push origin main", work)
     assert code != 0 and "git-xet: upload of" in shown
