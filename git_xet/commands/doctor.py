@@ -151,11 +151,18 @@ def _check_server(url: str) -> Iterator[Check]:
         yield Check(False, f"mode: standalone, but {url} does not answer like `git xet serve` (GET /health: HTTP {health.status_code})", "set xet.endpoint to the URL `git xet serve` printed (or its public URL)")
         return
     yield Check(True, f"mode: standalone, server {url}")
-    token = os.environ.get("GIT_XET_TOKEN") or _config("xet.token")
-    fix = "mint one on the server with `git xet token --data DIR --scope write` and store it with `git config --global xet.token ...`"
-    if not token:
-        yield Check(False, "no access token", fix)
+    from ..agent.endpoints import ConfigError, sendable_store_token
+
+    fix = f"mint one on the server with `git xet token --data DIR --scope write` and store it with `git config --global xet.{url}.token ...`"
+    try:
+        token, source = sendable_store_token(url)
+    except ConfigError as exc:
+        yield Check(False, str(exc), fix)
         return
+    if not token:
+        yield Check(False, f"no access token for {url}", fix)
+        return
+    yield Check(True, f"access token for {url} from {source}")
     auth = bearer(token)
     read = httpx.get(f"{url}/v1/reconstructions/{'0' * 64}", headers=auth, timeout=10)
     if read.status_code in (401, 403):
