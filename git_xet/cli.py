@@ -87,7 +87,7 @@ def _report_git_config(name: str, action) -> int:
 
     try:
         for line in action():
-            print(f"git-xet: {line}")
+            print(f"git-xet: {line}", flush=True)  # before whatever the action runs next prints
     except GitError as exc:
         print(f"git-xet {name}: {exc}", file=sys.stderr)
         return 1

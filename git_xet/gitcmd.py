@@ -76,3 +76,18 @@ def config_list(*scope: str, cwd: Path | str | None = None) -> list[tuple[str, s
         if key:
             entries.append((key, value))
     return entries
+
+
+def config_list_scoped(cwd: Path | str | None = None) -> list[tuple[str, str, str]]:
+    """Every (scope, key, value) of `git config --show-scope --list -z` (scope: system, global,
+    local, worktree or command), in git's order; [] when git cannot answer."""
+    result = run_git("config", "--show-scope", "--list", "-z", cwd=cwd)
+    if not result.ok:
+        return []
+    fields = result.stdout.split("\0")
+    entries = []
+    for scope, entry in zip(fields[0::2], fields[1::2], strict=False):
+        key, _, value = entry.partition("\n")
+        if key:
+            entries.append((scope, key, value))
+    return entries

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..client.errors import NotFoundError, TransferError
-from ..fsutil import atomic_output
+from ..fsutil import atomic_output, atomic_write
 from .endpoints import git_common_dir, git_config
 from .progress import Progress
 from .protocol import Transfer
@@ -38,8 +38,7 @@ def _label_cache(directory: Path, key: str) -> None:
     label = directory / CACHE_LABEL
     if not label.exists():
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            label.write_text(key + "\n", encoding="utf-8")
+            atomic_write(label, (key + "\n").encode("utf-8"), mode=0o600)  # in the (private) cache directory
         except OSError as exc:
             log.info("could not label the shard cache %s: %s", directory, exc)
 

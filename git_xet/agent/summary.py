@@ -90,8 +90,10 @@ class PushSummary:
 
     def _append(self, record: dict) -> list[dict]:
         """Append under an exclusive lock; returns this push's records."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a+", encoding="utf-8") as log:
+        from ..private_paths import open_private_append, private_dirs
+
+        private_dirs(self.path.parent.parent, self.path.parent.name, own_base=False)  # not .git itself
+        with open_private_append(self.path, read=True) as log:
             fcntl.flock(log, fcntl.LOCK_EX)
             log.write(json.dumps(record) + "\n")
             log.flush()

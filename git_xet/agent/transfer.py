@@ -37,7 +37,9 @@ def _setup_logging() -> logging.Logger:
 
     handler: logging.Handler
     if target:
-        handler = logging.FileHandler(target, encoding="utf-8")
+        from ..private_paths import open_private_append
+
+        handler = logging.StreamHandler(open_private_append(target))  # 0600: what it logs is the user's
     else:
         handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"%(asctime)s git-xet[{os.getpid()}] %(name)s %(levelname)s %(message)s"))

@@ -100,6 +100,8 @@ class BucketBackend:
 
     def __init__(self, objects: S3ObjectStore, cache_root: Path | None = None) -> None:
         self.objects = objects
+        self._cache_root = cache_root
+        self._cache_private = False
         self._shard_dir = cache_root / "bucket-shards" if cache_root else None
         self._shards: dict[str, Shard] = {}
         self._layouts: dict[str, XorbLayout] = {}
@@ -143,7 +145,7 @@ class BucketBackend:
         try:
             verified = verify_xorb(contiguous(body), hashes.hex_to_hash(xorb_hex))
         except FormatError as exc:
-            raise RejectedError(f"refusing to store xorb {xorb_hex}: {exc}") from None
+            raise RejectedError(f"refusing to store xorb {xorb_hex[:12]}…: {exc}") from None
         return self._call(self.objects.put_new, key, verified.body, verified.footer().serialize())
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
@@ -160,7 +162,7 @@ class BucketBackend:
         named = {t.xorb_hash for f in shard.files for t in f.terms} | {c.xorb_hash for c in shard.cas}
         for xorb in named:
             if not self._call(self.objects.exists, CasStore.xorb_key(hashes.hash_to_hex(xorb))):
-                raise MissingXorbsError(f"shard references xorb {hashes.hash_to_hex(xorb)}, which is not in {self.objects.location}")
+                raise MissingXorbsError(f"shard references xorb {hashes.hash_to_hex(xorb)[:12]}…, which is not in {self.objects.location}")
         shard_id = _shard_id(body)
         created = self._call(self.objects.put_new, f"shards/{shard_id}.mdb", body)
         self._remember_shard(shard_id, body, shard)
@@ -220,16 +222,22 @@ class BucketBackend:
         try:
             return self._call(self.objects.read_range, CasStore.xorb_key(fetch.xorb), fetch.byte_start, fetch.byte_end)
         except FileNotFoundError:
-            raise StoreDamagedError(f"{self.objects.location} is damaged: xorb {fetch.xorb} is missing") from None
+            raise StoreDamagedError(f"{self.objects.location} is damaged: xorb {fetch.xorb[:12]}… is missing") from None
 
     # ------------------------------------------------------------------ shards and layouts
 
     def _remember_shard(self, shard_id: str, body: bytes, shard: Shard) -> None:
         with self._lock:
             self._shards[shard_id] = shard
-        if self._shard_dir is not None:
+        if self._cache_root is not None and self._shard_dir is not None:
+            from ..private_paths import tighten_entries
+            from .shard_cache import cache_dir
+
             try:
-                atomic_write(self._shard_dir / f"{shard_id}.mdb", body)
+                if not self._cache_private:  # private: shards name content (once: it may hold many)
+                    tighten_entries(cache_dir(self._cache_root, self._shard_dir.name))
+                    self._cache_private = True
+                atomic_write(self._shard_dir / f"{shard_id}.mdb", body, mode=0o600)
             except OSError as exc:
                 log.info("could not cache shard %s: %s", shard_id, exc)
 
@@ -269,7 +277,7 @@ class BucketBackend:
         try:
             tail, size = self._call(self.objects.read_tail, key, FOOTER_GUESS)
         except FileNotFoundError:
-            raise StoreDamagedError(f"{self.objects.location} is damaged: xorb {xorb_hex} is missing") from None
+            raise StoreDamagedError(f"{self.objects.location} is damaged: xorb {xorb_hex[:12]}… is missing") from None
         damaged = f"{self.objects.location} is damaged: xorb {xorb_hex} has no valid footer"
         if len(tail) < 4:
             raise StoreDamagedError(damaged)

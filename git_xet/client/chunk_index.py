@@ -125,7 +125,7 @@ class ChunkIndex:
         self._keys: list[bytes] = []
         self._keys_read = float("-inf")
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # git-lfs starts eight agents at once: on a fresh cache they all open it together.
         with opening_lock(self.path):
             try:
@@ -142,6 +142,10 @@ class ChunkIndex:
                 self._open_schema()
 
     def _open_schema(self) -> None:
+        from ..private_paths import create_private_file
+
+        # Private before SQLite opens it: its -wal and -shm files get the database's mode.
+        create_private_file(self.path)
         conn = self._connection()
         # Opening an existing index only reads: it never waits for a writer.
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:

@@ -23,6 +23,7 @@ from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlE
 from .http_errors import status_error
 from .lfs_batch import batch_one
 from .retry import Outage, RetryPolicy, with_retries
+from .token_policy import may_send_credentials, plain_http_refusal
 from .tokens import StaticToken, TokenSource
 from .http_types import HttpClient, Response, Timeouts
 from .wire import Client
@@ -193,9 +194,18 @@ class HttpCasBackend:
 
     # ------------------------------------------------------------------ plumbing
 
+    def _token(self) -> str | None:
+        """The current token, refused (never sent) when this CAS is plain http off this
+        machine: wherever the URL came from (config, a batch response), a bearer token on an
+        unencrypted network is readable on every hop."""
+        token = self.tokens.token()
+        if token and not may_send_credentials(self.endpoint):
+            raise TransferError(plain_http_refusal(self.endpoint, "for this CAS"))
+        return token
+
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         headers = {SESSION_ID: self.session_id}
-        token = self.tokens.token()
+        token = self._token()
         if token:
             headers |= bearer(token)
         return headers | (extra or {})
@@ -364,7 +374,7 @@ class HttpCasBackend:
         API of the repo this backend's token names, and an `xet` download action names the
         file's hash. No action (a per-object 404, or an object of another size) means the store
         does not hold it. A CAS without that route (the Hub's) refuses with an HTTP error."""
-        token = self.tokens.token()
+        token = self._token()
         answer = batch_one(
             self.http, f"{self.endpoint}/git-xet.git/info/lfs", "download", ["xet"], oid, size, bearer(token) if token else {}, self.policy, self.outage
         )

@@ -88,6 +88,6 @@ class LocalStoreBackend:
         try:
             return self.store.read_xorb_range(fetch.xorb, fetch.byte_start, fetch.byte_end)
         except FileNotFoundError:
-            raise StoreDamagedError(f"the store {self.root} is damaged: xorb {fetch.xorb} is missing") from None
+            raise StoreDamagedError(f"the store {self.root} is damaged: xorb {fetch.xorb[:12]}… is missing") from None
         except OSError as exc:
-            raise TransferError(f"cannot read xorb {fetch.xorb} from {self.root}: {exc.strerror or exc}") from None
+            raise TransferError(f"cannot read xorb {fetch.xorb[:12]}… from {self.root}: {exc.strerror or exc}") from None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..core.errors import FormatError
 from ..core.shard import Shard, parse_shard
+from ..private_paths import tighten_entries
 from .chunk_index import INDEX_FILE, ChunkIndex
 
 log = logging.getLogger("git_xet.cache")
@@ -37,12 +38,23 @@ def default_cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("git-xet"))
 
 
+def cache_dir(root: Path, *parts: str) -> Path:
+    """`root/parts...`, private to the user (see private_paths): every level below the root is
+    git-xet's; the root itself only when it is the default one (a $GIT_XET_CACHE or a caller's
+    directory may be theirs: it is created private when missing, never changed otherwise)."""
+    from ..private_paths import private_dirs
+
+    own_root = "GIT_XET_CACHE" not in os.environ and Path(root) == default_cache_root()
+    return Path(private_dirs(root, *parts, own_base=own_root))
+
+
 class ShardCache:
     """One store's cache directory; `open()` gives its index (opened once, shared by callers)."""
 
     def __init__(self, root: Path, endpoint_key: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         digest = hashlib.sha256(endpoint_key.encode("utf-8")).hexdigest()[:24]
         self.dir = Path(root) / "shards" / digest
+        self._root = Path(root)
         self.max_bytes = max_bytes
         self._index: ChunkIndex | None = None
 
@@ -51,6 +63,7 @@ class ShardCache:
         """The cache kept in an existing per-store directory (for maintenance commands)."""
         cache = cls.__new__(cls)
         cache.dir = Path(directory)
+        cache._root = cache.dir.parent.parent
         cache.max_bytes = max_bytes
         cache._index = None
         return cache
@@ -59,6 +72,8 @@ class ShardCache:
         if self._index is None:
             path = self.dir / INDEX_FILE
             try:
+                # Private, also what an older version left readable (index, -wal, -shm, label).
+                tighten_entries(cache_dir(self._root, self.dir.parent.name, self.dir.name))
                 # A damaged file (not a crash left-over: SQLite recovers those) is replaced.
                 self._index = ChunkIndex(path, max_bytes=self.max_bytes, replace_damaged=True)
             except sqlite3.OperationalError as exc:

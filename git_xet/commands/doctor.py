@@ -164,11 +164,18 @@ def _check_server(url: str) -> Iterator[Check]:
     yield health
     if not health.ok:
         return
-    token = os.environ.get("GIT_XET_TOKEN") or _config("xet.token")
-    fix = "mint one on the server with `git xet token --data DIR --scope write --repo REPO` and store it with `git config --global xet.token ...`"
-    if not token:
-        yield Check(False, "no access token", fix)
+    from ..agent.endpoints import ConfigError, sendable_store_token
+
+    fix = f"mint one on the server with `git xet token --data DIR --scope write --repo REPO` and store it with `git config --global xet.{url}.token ...`"
+    try:
+        token, source = sendable_store_token(url)
+    except ConfigError as exc:
+        yield Check(False, str(exc), fix)
         return
+    if not token:
+        yield Check(False, f"no access token for {url}", fix)
+        return
+    yield Check(True, f"access token for {url} from {source}")
     auth = bearer(token)
     read = httpx.get(f"{url}/v1/reconstructions/{'0' * 64}", headers=auth, timeout=10)
     if read.status_code in (401, 403):

@@ -238,7 +238,7 @@ def test_refused_tokens_show_the_servers_reason_and_the_standalone_fix(tmp_path:
             push = g.git("push", "origin", "main", cwd=work, check=False)
             assert push.returncode != 0
             assert reason in push.stderr, push.stderr
-            assert "git xet token --data" in push.stderr and "git config --global xet.token" in push.stderr
+            assert "git xet token --data" in push.stderr and f"git config --global xet.{srv.url}.token <token>" in push.stderr
             assert "HF_TOKEN" not in push.stderr and "credential approve" not in push.stderr
         g.git("config", "--global", "xet.token", srv.token("write"))
         g.git("push", "origin", "main", cwd=work)
