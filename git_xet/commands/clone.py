@@ -76,7 +76,7 @@ def clone(url: str, directory: str | None, store: str | None, remote: str = "ori
     previous = Path.cwd()
     os.chdir(target)
     try:
-        yield from install(Scope("--local"), where.location, remote, None)
+        yield from install(Scope("--local"), where.location, remote, None, check_server=False)  # the checkout below reaches it, with the same advice
         yield _credential_line(where.location, target) if where.kind == "http" else "no XET token is involved (a directory or bucket store)"
         checkout = run_git("checkout", "--force", "HEAD", "--", capture=False, timeout=LONG_GIT_TIMEOUT)
     finally:

@@ -199,14 +199,19 @@ SAMPLED_OBJECTS = 100  # how many of HEAD's LFS objects doctor looks up (one bat
 
 
 def _check_objects_in_repo(url: str, auth: dict[str, str], repo: str) -> Iterator[Check]:
-    """Inside a clone: are the LFS objects of HEAD in the repo the token names? Tokens for
-    different repos push into different namespaces, so a teammate holding a token for another
-    repo sees a working store and a push that succeeds, and the next clone misses objects."""
+    """Inside a clone: are the LFS objects of the branch's upstream (what teammates pushed) in
+    the repo the token names? Tokens for different repos push into different namespaces, so a
+    teammate holding a token for another repo sees a working store and a push that succeeds,
+    and the next clone misses objects. Objects only committed here are not asked about."""
     import json
 
     import httpx
 
-    listed = run_git("lfs", "ls-files", "--json")
+    upstream = run_git("rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{upstream}")
+    if not upstream.ok or not upstream.stdout.strip():
+        return
+    pushed = upstream.stdout.strip()
+    listed = run_git("lfs", "ls-files", "--json", pushed)
     try:
         files = json.loads(listed.stdout or "{}").get("files") or [] if listed.ok else []
     except ValueError:
@@ -226,7 +231,7 @@ def _check_objects_in_repo(url: str, auth: dict[str, str], repo: str) -> Iterato
     missing = sum(1 for entry in answer.json().get("objects", []) if not isinstance(entry, dict) or "actions" not in entry)
     yield Check(
         missing == 0,
-        f"{len(objects) - missing} of {len(objects)} LFS objects of HEAD are in repo '{repo}'",
+        f"{len(objects) - missing} of {len(objects)} LFS objects of {pushed} are in repo '{repo}'",
         "the others were pushed to another repo, or not pushed: ask whoever pushed them which repo their token names "
         "(`git xet doctor` shows it) and get a token for that repo (`git xet token --repo NAME`), or push them with `git lfs push --all origin`",
     )

@@ -390,12 +390,12 @@ def test_a_token_for_another_repo_is_named_where_it_matters(tmp_path: Path, clon
     assert f"access token (repo '{cloner_repo}') accepted" in doctor.stdout, doctor.stdout
     if cloner_repo == "acme/model":
         assert clone.returncode == 0, clone.stderr
-        assert doctor.returncode == 0 and f"1 of 1 LFS objects of HEAD are in repo '{cloner_repo}'" in doctor.stdout
+        assert doctor.returncode == 0 and f"1 of 1 LFS objects of origin/main are in repo '{cloner_repo}'" in doctor.stdout
     else:
         assert clone.returncode != 0
         assert f"looked up in repo '{cloner_repo}' of {srv.url}, the repo your token is for" in clone.stderr, clone.stderr
         assert "git xet token --repo NAME" in clone.stderr
-        assert doctor.returncode == 1 and f"0 of 1 LFS objects of HEAD are in repo '{cloner_repo}'" in doctor.stdout, doctor.stdout
+        assert doctor.returncode == 1 and f"0 of 1 LFS objects of origin/main are in repo '{cloner_repo}'" in doctor.stdout, doctor.stdout
 
 
 def test_doctor_checks_what_it_claims(tmp_path: Path) -> None:
