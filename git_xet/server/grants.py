@@ -90,7 +90,7 @@ class Grants:
         grant_id = uuid.uuid4().hex
         bucket = self.app.object_bucket
         if bucket is not None:
-            url, headers = await in_worker(bucket.presign_put_new, staging_key(xorb, grant_id), crc, GRANT_TTL)
+            url, headers = await in_worker(bucket.presign_put_new, staging_key(xorb, grant_id), length, crc, GRANT_TTL)
             return JSONResponse({"id": grant_id, "method": "PUT", "url": url, "headers": headers}, status_code=201)
         exp = int(time.time()) + GRANT_TTL
         # The PUT stores the xorb here, without a token: its upload stream travels signed.

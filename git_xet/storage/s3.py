@@ -1,7 +1,7 @@
 """Object bytes in an S3-compatible bucket (AWS S3, MinIO, Cloudflare R2, Ceph, SeaweedFS).
 
 An `S3ObjectStore` implements the ObjectStore protocol on one bucket and key prefix, plus what
-upload grants and presigned downloads need (presigned PUT and GET URLs, delete, list).
+upload grants and presigned downloads need (presigned PUT and ranged GET URLs, delete, list).
 
 Why botocore: it is the AWS SDK's own signer and configuration chain (env variables
 `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_PROFILE`,
@@ -482,27 +482,34 @@ class S3ObjectStore:
         except self._ClientError as exc:
             raise self._fail("list", full, exc) from None
 
-    def presign_get(self, key: str, ttl: int) -> str:
-        """A URL that GETs the object (any one byte range of it) without credentials for `ttl` seconds."""
-        return self.client.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": self.location.key(key)}, ExpiresIn=ttl
-        )
+    def presign_range(self, key: str, start: int, end_inclusive: int, ttl: int) -> str:
+        """A URL that GETs exactly bytes [start, end_inclusive] of the object without
+        credentials for `ttl` seconds: `Range: bytes=START-END` is a signed header, so the store
+        refuses the URL without that Range or with any other (403 SignatureDoesNotMatch), where
+        an unsigned Range would let its holder read the whole object."""
+        return self._presign("GET", key, {"Range": f"bytes={start}-{end_inclusive}"}, ttl)
 
-    def presign_put_new(self, key: str, crc: int, ttl: int) -> tuple[str, dict[str, str]]:
-        """A URL and the exact headers that PUT a body with CRC-64/NVME `crc` to a key that does
-        not exist yet: both headers are signed, so the store refuses another body (400
-        BadDigest), a second upload (412), and the URL after `ttl` seconds (403)."""
+    def presign_put_new(self, key: str, length: int, crc: int, ttl: int) -> tuple[str, dict[str, str]]:
+        """A URL and the headers that PUT a body of `length` bytes with CRC-64/NVME `crc` to a
+        key that does not exist yet. Content-Length, If-None-Match and the checksum are signed,
+        so the store refuses a longer or shorter body (403), another body (400 BadDigest), a
+        second upload (412), and the URL after `ttl` seconds (403). The headers returned leave
+        out Content-Length: every HTTP client sets it from the body itself."""
+        headers = {"If-None-Match": "*", "x-amz-checksum-crc64nvme": crc64nvme_header(crc)}
+        return self._presign("PUT", key, {**headers, "Content-Length": str(length)}, ttl), headers
+
+    def _presign(self, method: str, key: str, headers: dict[str, str], ttl: int) -> str:
+        """`method` on the object as a presigned URL with `headers` among its signed headers
+        (boto3's generate_presigned_url signs none of them; S3SigV4QueryAuth keeps them)."""
         from botocore.auth import S3SigV4QueryAuth
         from botocore.awsrequest import AWSRequest
 
         # The unsigned object URL in the client's addressing style, then signed with our headers.
-        base = self.client.generate_presigned_url("put_object", Params={"Bucket": self.bucket, "Key": self.location.key(key)}, ExpiresIn=60)
+        base = self.client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": self.location.key(key)}, ExpiresIn=60)
         base = base.split("?", 1)[0]
-        headers = {"If-None-Match": "*", "x-amz-checksum-crc64nvme": crc64nvme_header(crc)}
-        request = AWSRequest(method="PUT", url=base, headers=dict(headers))
+        request = AWSRequest(method=method, url=base, headers=dict(headers))
         S3SigV4QueryAuth(self.connection.frozen_credentials(), "s3", self.client.meta.region_name, expires=ttl).add_auth(request)
-        return request.prepare().url, headers
-
+        return request.prepare().url
 
 
 def open_s3_objects(url: str, config: S3Config | None = None) -> S3ObjectStore:

@@ -160,13 +160,13 @@ def test_bodies_that_do_not_match_are_refused_and_never_committed(tmp_path: Path
         g = grant(crc64nvme_reference(tampered_bytes))
         assert put(g, tampered_bytes).status_code == 200
         assert _keys(bucket, "uploads/")
-        assert commit(g) == 400
-        # A body too large for a xorb (the PUT's length is not signed): refused before it is read.
+        assert commit(g) == 400 and not _keys(bucket, "uploads/")
+        # A body longer than its grant, with its own checksum: the store refuses it (the length is signed).
         huge = bytes(MAX_FETCH_RANGE_BYTES + 1)
         assert crc64nvme is not None
         g_huge = grant_for(len(body), crc64nvme(huge))
-        assert put(g_huge, huge).status_code == 200
-        assert commit(g_huge) == 400 and not _keys(bucket, "uploads/")
+        assert put(g_huge, huge).status_code == 403
+        assert commit(g_huge) == 404 and not _keys(bucket, "uploads/")
         # A grant whose PUT never happens.
         assert commit(grant(crc64nvme_reference(body))) == 404
         assert not _keys(bucket, "xorbs/") and not _keys(bucket, "uploads/")
