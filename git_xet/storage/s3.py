@@ -28,6 +28,7 @@ import time
 from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
+from urllib.parse import quote
 
 from ..core.checksums import crc64nvme_header, crc64nvme_of_parts
 from .errors import Unavailable
@@ -36,6 +37,7 @@ CONFLICT_RETRIES = 5  # 409 ConditionalRequestConflict: another conditional writ
 # S3's smallest part but the last: copy_new's copied part must be at least this long.
 MIN_COPY_PART_BYTES = 5 * 1024 * 1024
 READ_STEP = 1024 * 1024  # bytes per readinto of read_into (and between its progress calls)
+_KEY_PLACEHOLDER = "git-xet-object-key-placeholder"  # stands for the key in _object_url's template
 
 
 class S3Error(Unavailable):
@@ -241,6 +243,7 @@ class S3ObjectStore:
         self._ClientError = botocore.exceptions.ClientError
         self._NoCredentials = botocore.exceptions.NoCredentialsError
         self._EndpointError = botocore.exceptions.EndpointConnectionError
+        self._url_template: str | None = None  # see _object_url
 
     def __repr__(self) -> str:
         return f"S3ObjectStore({self.location}, endpoint={self.client.meta.endpoint_url})"
@@ -498,16 +501,23 @@ class S3ObjectStore:
         headers = {"If-None-Match": "*", "x-amz-checksum-crc64nvme": crc64nvme_header(crc)}
         return self._presign("PUT", key, {**headers, "Content-Length": str(length)}, ttl), headers
 
+    def _object_url(self, key: str) -> str:
+        """The unsigned URL of the object in the client's addressing style (path or virtual
+        host), from a template botocore makes once: making it for each URL cost 1.2 ms, most
+        of a reconstruction's signing."""
+        if self._url_template is None:
+            signed = self.client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": _KEY_PLACEHOLDER}, ExpiresIn=60)
+            self._url_template = signed.split("?", 1)[0]
+        head, _, tail = self._url_template.rpartition(_KEY_PLACEHOLDER)
+        return head + quote(self.location.key(key), safe="/~") + tail
+
     def _presign(self, method: str, key: str, headers: dict[str, str], ttl: int) -> str:
         """`method` on the object as a presigned URL with `headers` among its signed headers
         (boto3's generate_presigned_url signs none of them; S3SigV4QueryAuth keeps them)."""
         from botocore.auth import S3SigV4QueryAuth
         from botocore.awsrequest import AWSRequest
 
-        # The unsigned object URL in the client's addressing style, then signed with our headers.
-        base = self.client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": self.location.key(key)}, ExpiresIn=60)
-        base = base.split("?", 1)[0]
-        request = AWSRequest(method=method, url=base, headers=dict(headers))
+        request = AWSRequest(method=method, url=self._object_url(key), headers=dict(headers))
         S3SigV4QueryAuth(self.connection.frozen_credentials(), "s3", self.client.meta.region_name, expires=ttl).add_auth(request)
         return request.prepare().url
 
