@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +45,7 @@ from ..core.xorb import VerifiedXorb
 from ..storage.cas_store import CasStore, Sha256Prefix, StoredFile, chunks_referenced
 from ..storage.index_base import open_index
 from ..storage.planning import plan_reconstruction
-from ..storage.s3 import S3ObjectStore, open_s3_objects
+from ..storage.s3 import open_s3_objects
 from .auth import KINDS, Claims, Signer, load_secret, presented_token
 from .errors import RangeNotSatisfiable, RequestRefused, error_frame, exception_handlers, refusal
 from .grants import GrantMode, Grants
@@ -77,6 +77,10 @@ MAX_CONCURRENT_VALIDATIONS = 2
 SMALL_SHARD_BYTES = 64 * 1024
 SMALL_SHARD_CHUNKS = 64
 REVOCATION_CACHE_SECONDS = 1.0
+# A presigned bucket URL is served by the store, which knows nothing of revoked tokens: it lives
+# at most this long, so revoking a token stops its bucket URLs within this time (our own URLs
+# check the revocation list on each request).
+BUCKET_URL_MAX_TTL = 600
 
 
 @dataclass(frozen=True)
@@ -198,10 +202,21 @@ class CasApp:
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    def _plan(self, repo: str, file_hex: str, range_header: str | None, base: str, version: int) -> tuple[StoredFile, dict | None]:
+    def url_expiry(self, claims: Claims, now: float, unrevocable: bool = False) -> int:
+        """When a URL handed out on `claims` stops working: after --url-ttl, never after the
+        token itself, and, for a URL the store serves without asking us (`unrevocable`: a
+        presigned bucket URL, which no revocation list reaches), within BUCKET_URL_MAX_TTL, so
+        that revoking the token stops its URLs by then. Clients query the reconstruction again
+        when a URL expires."""
+        ttl = min(self.config.url_ttl, BUCKET_URL_MAX_TTL) if unrevocable else self.config.url_ttl
+        return min(int(now) + ttl, claims.exp)
+
+    def _plan(self, claims: Claims, file_hex: str, range_header: str | None, base: str, version: int) -> tuple[StoredFile, dict | None]:
         """Blocking part of a reconstruction (SQLite, planning, signing thousands of URLs for a
-        big file): run in a worker thread. The plan's JSON, or None for a range past the end."""
-        stored = self.store.get_file(file_hex) if self.store.repo_has_file(repo, file_hex) else None
+        big file): run in a worker thread. The plan's JSON, or None for a range past the end.
+        Each URL grants exactly one planned byte range of one xorb, no longer than `claims` may
+        read (see url_expiry)."""
+        stored = self.store.get_file(file_hex) if self.store.repo_has_file(claims.repo, file_hex) else None
         if stored is None:  # the same answer whether the file is elsewhere or nowhere
             raise RequestRefused(404, f"file {file_hex} not found")
         try:
@@ -211,20 +226,28 @@ class CasApp:
         except ValueError as exc:
             raise RequestRefused(400, str(exc)) from None
         plan = plan_reconstruction(stored.terms, self.store.layouts_for(stored), byte_range)
-        exp = int(time.time()) + self.config.url_ttl
+        now = time.time()
+        bucket = self.object_bucket
+        if bucket is not None:
+            ttl = self.url_expiry(claims, now, unrevocable=True) - int(now)
 
-        def our_url(xorb: str, start: int, end: int) -> str:
-            query = urlencode({"r": f"{start}-{end}", "exp": exp, "sig": self.signer.sign_range(xorb, start, end, exp)})
-            return f"{base}/v1/xorb-data/{xorb}?{query}"
+            def make_url(xorb: str, start: int, end: int) -> str:
+                return bucket.presign_range(CasStore.xorb_key(xorb), start, end, ttl)
 
-        make_url = our_url if self.object_bucket is None else _bucket_urls(self.object_bucket, self.config.url_ttl)
+        else:
+            exp = self.url_expiry(claims, now)
+
+            def make_url(xorb: str, start: int, end: int) -> str:
+                sig = self.signer.sign_range(xorb, start, end, exp, claims.id)
+                return f"{base}/v1/xorb-data/{xorb}?{urlencode({'r': f'{start}-{end}', 'exp': exp, 't': claims.id, 'sig': sig})}"
+
         return stored, with_signed_urls(plan, make_url).to_json(version)
 
     async def reconstruction(self, request: Request) -> Response:
         claims = await self.authorize(request, "read")
         file_hex = _hash_param(request, "file")
         version = 2 if request.url.path.startswith("/v2/") else 1
-        args = (claims.repo, file_hex, request.headers.get("range"), self.base_url(request), version)
+        args = (claims, file_hex, request.headers.get("range"), self.base_url(request), version)
         stored, body = await in_worker(self._plan, *args)
         if body is None:
             return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
@@ -272,10 +295,12 @@ class CasApp:
         try:
             start_s, _, end_s = request.query_params["r"].partition("-")
             start, end, exp = int(start_s), int(end_s), int(request.query_params["exp"])
-            sig = request.query_params["sig"]
+            sig, token_id = request.query_params["sig"], request.query_params["t"]
         except (KeyError, ValueError):
             raise RequestRefused(403, "not a signed xorb URL") from None
-        self.signer.check_range(xorb, start, end, exp, sig)
+        self.signer.check_range(xorb, start, end, exp, sig, token_id)
+        if token_id in await self.revoked():
+            raise RequestRefused(403, "the token this URL was issued to is revoked")
         if request.headers.get("range", "").replace(" ", "") != f"bytes={start}-{end}":
             raise RequestRefused(403, f"this URL serves exactly Range: bytes={start}-{end}")
         layout = await in_worker(self.store.xorb_layout, xorb)
@@ -426,21 +451,6 @@ def _parsed_if_small(body: bytes) -> Shard | None:
     except FormatError:
         return None
     return shard if chunks_referenced(shard) <= SMALL_SHARD_CHUNKS else None
-
-
-def _bucket_urls(bucket: S3ObjectStore, ttl: int) -> Callable[[str, int, int], str]:
-    """Presigned GET URLs straight on the bucket, one per xorb: each reconstruction entry names
-    one byte range of it, which the client asks for with one Range header (S3 serves one range
-    per GET). Signing is local (no request to the store)."""
-    urls: dict[str, str] = {}
-
-    def make_url(xorb: str, start: int, end: int) -> str:
-        url = urls.get(xorb)
-        if url is None:
-            url = urls[xorb] = bucket.presign_get(CasStore.xorb_key(xorb), ttl)
-        return url
-
-    return make_url
 
 
 def _routes(app: CasApp) -> list[Route]:

@@ -11,8 +11,9 @@ Token: ``xet1.<base64url(json claims)>.<base64url(mac)>`` with claims ``{"kind",
   user tokens may mint tokens, so a CAS token leaked in a trace dies within minutes.
 
 `repo` names the one repo the token acts on; `scope` is read or write (write also reads).
-Signed URLs use their own MAC domains: a xorb URL is bound to (xorb, byte range, expiry), a
-bridge URL to (repo, file, expiry); neither can be replayed as the other.
+Signed URLs use their own MAC domains: a xorb URL is bound to (xorb, byte range, expiry, token
+id), a bridge URL to (repo, file, expiry, token id); neither can be replayed as the other, and
+the server refuses both once their token is revoked.
 """
 
 from __future__ import annotations
@@ -243,17 +244,19 @@ class Signer:
 
     # ------------------------------------------------------------------ signed URLs
 
-    def sign_range(self, xorb_hex: str, start: int, end: int, exp: int) -> str:
-        return _b64(self._mac("xorb-range", f"{xorb_hex}:{start}:{end}:{exp}".encode()))
+    # A URL carries the id of the token it was issued to, so that revoking the token stops it.
 
-    def check_range(self, xorb_hex: str, start: int, end: int, exp: int, sig: str, now: float | None = None) -> None:
-        self._check(self.sign_range(xorb_hex, start, end, exp), sig, exp, now, "xorb URL expired; query the reconstruction again")
+    def sign_range(self, xorb_hex: str, start: int, end: int, exp: int, token_id: str) -> str:
+        return _b64(self._mac("xorb-range", json.dumps([xorb_hex, start, end, exp, token_id]).encode()))
 
-    def sign_bridge(self, repo: str, file_hex: str, exp: int) -> str:
-        return _b64(self._mac("bridge", json.dumps([repo, file_hex, exp]).encode()))
+    def check_range(self, xorb_hex: str, start: int, end: int, exp: int, sig: str, token_id: str, now: float | None = None) -> None:
+        self._check(self.sign_range(xorb_hex, start, end, exp, token_id), sig, exp, now, "xorb URL expired; query the reconstruction again")
 
-    def check_bridge(self, repo: str, file_hex: str, exp: int, sig: str, now: float | None = None) -> None:
-        self._check(self.sign_bridge(repo, file_hex, exp), sig, exp, now, "download URL expired; run the git command again")
+    def sign_bridge(self, repo: str, file_hex: str, exp: int, token_id: str) -> str:
+        return _b64(self._mac("bridge", json.dumps([repo, file_hex, exp, token_id]).encode()))
+
+    def check_bridge(self, repo: str, file_hex: str, exp: int, sig: str, token_id: str, now: float | None = None) -> None:
+        self._check(self.sign_bridge(repo, file_hex, exp, token_id), sig, exp, now, "download URL expired; run the git command again")
 
     @staticmethod
     def _check(expected: str, sig: str, exp: int, now: float | None, expired: str) -> None:

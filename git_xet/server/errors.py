@@ -37,13 +37,15 @@ class ServerError(XetError):
 
 class RequestRefused(ServerError):
     """Refuse the current request with an HTTP status and a message the client can act on
-    (plus, where a client is expected to react, a stable `code`)."""
+    (plus, where a client is expected to react, a stable `code`; and for a 429 or 503, the
+    seconds after which to try again, sent as Retry-After)."""
 
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, code: str | None = None, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
+        self.retry_after = retry_after
 
 
 class SecretError(ServerError):
@@ -96,6 +98,8 @@ def error_response(refused: RequestRefused) -> JSONResponse:
     response = JSONResponse(body, status_code=refused.status, headers={"Cache-Control": "no-store"})
     if refused.status == 401:
         response.headers["WWW-Authenticate"] = "Bearer"
+    if refused.retry_after is not None:
+        response.headers["Retry-After"] = str(refused.retry_after)
     return response
 
 

@@ -15,14 +15,20 @@ the PUT). The PUT is checked against the signed length and checksum and the xorb
 before it is stored: nothing unverified is ever visible.
 
 With objects in a bucket (`--objects s3://...`) the grant is a presigned PUT straight to the
-bucket, into a staging key `uploads/{xorb}/{grant id}` that nothing reads; `If-None-Match: *`
-and the CRC-64/NVME are signed in, so the store itself refuses a body that does not match
-(400 BadDigest) and a second PUT (412). The commit reads the staged object once, verifies it
-(hash, chunk layout) like any upload as it arrives, makes the stored object from it inside the
-bucket (a multipart copy plus the footer we rebuilt) and indexes it, then deletes the staged
-copy: only a verified xorb is ever referenced, and its bytes cross the server once. A grant
-whose PUT never comes, or whose commit never comes, leaves only a staged object, which nothing
-references (fsck lists it, gc and every server's collector remove it).
+bucket, into a staging key `uploads/{xorb}/{grant id}` that nothing reads; Content-Length,
+`If-None-Match: *` and the CRC-64/NVME are signed in, so the store itself refuses a body of
+another length (403) or content (400 BadDigest) and a second PUT (412). The commit reads the
+staged object once, verifies it (hash, chunk layout) like any upload as it arrives, makes the
+stored object from it inside the bucket (a multipart copy plus the footer we rebuilt) and
+indexes it, then leaves an empty marker in the staged object's place, on which a replayed PUT
+gets 412: only a verified xorb is ever referenced, its bytes cross the server once, and a grant
+is used once. A grant whose PUT never comes, or whose commit never comes, leaves only a staged
+object, which nothing references (fsck lists it, gc and every server's collector remove it).
+
+Every grant is bound to the token that asked for it (its id carries a MAC of the token's id
+and the xorb: a commit with another token is refused, 403) and bounded: its length is signed,
+it lives no longer than its token, and grant_limits caps the grants per token and the bytes a
+repo may have granted and not yet committed (429 with Retry-After beyond either).
 """
 
 from __future__ import annotations
@@ -31,9 +37,9 @@ import hashlib
 import hmac
 import json
 import logging
+import secrets
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlencode
 
@@ -48,6 +54,7 @@ from ..storage.cas_store import STAGED_UPLOADS
 from ..storage.errors import StorageError
 from ..storage.s3 import MIN_COPY_PART_BYTES
 from .errors import RequestRefused
+from .grant_limits import GrantLimits
 from .upload_streams import StreamRef
 from .worker_threads import in_worker
 
@@ -58,11 +65,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("git_xet.server")
 
 GrantMode = Literal["auto", "always", "never"]  # when a server offers grants: ServerConfig.offers_grants
-GRANT_TTL = 900  # seconds a grant's URL stays usable
+GRANT_TTL = 900  # seconds a grant's URL stays usable (at most: never beyond its token)
 MAX_GRANT_REQUEST = 4096
-# A staged upload older than this was never committed: its URL expired long ago and clients
-# commit right after their PUT (a later commit answers 404, and the client asks a new grant).
-ABANDONED_AFTER = 4 * GRANT_TTL
+# A staged upload older than this was never committed: its URL has expired and clients commit
+# right after their PUT (a later commit answers 404, and the client asks a new grant). Longer
+# than GRANT_TTL, so that a used grant's marker (see _retire) outlives the grant's URL.
+ABANDONED_AFTER = 2 * GRANT_TTL
+COLLECT_INTERVAL = GRANT_TTL  # seconds between two rounds of the abandoned-upload collector
+# The longest a grant's bytes can stay staged: its PUT at the end of the URL's life, then
+# uncollected for ABANDONED_AFTER and until the next round. What an uncommitted grant holds of
+# its repo's staged-bytes allowance (grant_limits) lasts as long.
+STAGED_AT_MOST = GRANT_TTL + ABANDONED_AFTER + COLLECT_INTERVAL
+GRANT_ID_RANDOM = 16  # hex digits of a grant id drawn at random; the other 16 bind it (see _grant_id)
 
 
 def staging_key(xorb: str, grant_id: str) -> str:
@@ -74,6 +88,21 @@ class Grants:
     def __init__(self, app: CasApp) -> None:
         self.app = app
         self._key = app.signer.derive_key("xorb-upload-grant")  # its own MAC domain
+        self._owner_key = app.signer.derive_key("xorb-upload-grant-owner")
+        self.limits = GrantLimits(STAGED_AT_MOST)
+
+    def _grant_id(self, token_id: str, xorb: str, nonce: str | None = None) -> str:
+        """A grant id (32 hex digits, as hf-xet passes it back): a random part and a MAC of it
+        with the requesting token's id and the xorb, so the commit can tell, without state
+        shared between replicas, that it comes from whoever got the grant."""
+        nonce = nonce or secrets.token_hex(GRANT_ID_RANDOM // 2)
+        mac = hmac.new(self._owner_key, f"{nonce}:{token_id}:{xorb}".encode(), hashlib.sha256).hexdigest()
+        return nonce + mac[: 32 - GRANT_ID_RANDOM]
+
+    def _granted_to(self, grant_id: str, token_id: str, xorb: str) -> bool:
+        if len(grant_id) != 32 or not all(c in "0123456789abcdef" for c in grant_id):
+            return False
+        return hmac.compare_digest(grant_id, self._grant_id(token_id, xorb, grant_id[:GRANT_ID_RANDOM]))
 
     def _sign(self, xorb: str, length: int, crc: int, exp: int, grant_id: str, stream: str) -> str:
         message = f"{xorb}:{length}:{crc}:{exp}:{grant_id}:{stream}".encode()
@@ -87,12 +116,14 @@ class Grants:
         length, crc = _parse_grant_request(await self.app.read_body(request, MAX_GRANT_REQUEST))
         if await in_worker(self.app.store.xorb_layout, xorb) is not None:
             return JSONResponse({})
-        grant_id = uuid.uuid4().hex
+        grant_id = self._grant_id(claims.id, xorb)
+        self.limits.reserve(claims.id, claims.repo, grant_id, length)
+        now = int(time.time())
+        exp = min(now + GRANT_TTL, claims.exp)  # a grant outlives neither its own TTL nor its token
         bucket = self.app.object_bucket
         if bucket is not None:
-            url, headers = await in_worker(bucket.presign_put_new, staging_key(xorb, grant_id), crc, GRANT_TTL)
+            url, headers = await in_worker(bucket.presign_put_new, staging_key(xorb, grant_id), length, crc, exp - now)
             return JSONResponse({"id": grant_id, "method": "PUT", "url": url, "headers": headers}, status_code=201)
-        exp = int(time.time()) + GRANT_TTL
         # The PUT stores the xorb here, without a token: its upload stream travels signed.
         named = self.app.upload_stream(request, claims)
         stream = f"{named.key}.{named.seq}" if named is not None and named.seq is not None else ""
@@ -131,21 +162,23 @@ class Grants:
     async def commit(self, request: Request) -> Response:
         claims = await self.app.authorize(request, "write")
         xorb = self.app.hash_param(request, "xorb")
+        grant_id = request.path_params["grant"]
+        if not self._granted_to(grant_id, claims.id, xorb):
+            raise RequestRefused(403, "this grant was not given to this token for this xorb; commit with the token that asked for it")
         if self.app.object_bucket is not None:
-            grant_id = request.path_params["grant"]
-            if len(grant_id) != 32 or not all(c in "0123456789abcdef" for c in grant_id):
-                raise RequestRefused(404, "no such grant")
             if await in_worker(self._commit_staged, xorb, grant_id):
                 await in_worker(self.app.stored_in_stream, self.app.upload_stream(request, claims), xorb)  # its file, off the loop
+        else:
+            self.limits.release(grant_id)  # its PUT stored the xorb, or no PUT can any more
         if await in_worker(self.app.store.xorb_layout, xorb) is None:
             raise RequestRefused(404, "no uploaded data for this grant")
         return JSONResponse({"was_inserted": True})
 
     def _commit_staged(self, xorb: str, grant_id: str) -> bool:
-        """Verify and store the xorb a grant's PUT staged in the bucket (if it did), then drop
-        the staged copy; True if this stored it. Nothing staged: nothing to do (the caller
-        answers 404 unless the xorb is stored already). A staged body that is not the xorb:
-        400, and it is deleted.
+        """Verify and store the xorb a grant's PUT staged in the bucket (if it did), then retire
+        the grant (see _retire); True if this stored it. Nothing staged, or the grant retired
+        already: nothing to do (the caller answers 404 unless the xorb is stored already). A
+        staged body that is not the xorb: 400, and the grant is retired.
 
         The staged object is read once, into a pooled receive buffer, and verified as its
         bytes arrive. The stored object is then made inside the bucket: a multipart copy of
@@ -157,10 +190,10 @@ class Grants:
         key = staging_key(xorb, grant_id)
         buffers = self.app.receive_buffers
         size = bucket.size(key)
-        if size is None:
+        if not size:  # nothing staged yet, or a retired grant's marker
             return False
-        if size > MAX_XORB_BODY_BYTES:  # the PUT's length is not signed: bound what we read
-            bucket.delete(key)
+        if size > MAX_XORB_BODY_BYTES:  # the store signed the PUT's length; one that does not check it
+            self._retire(bucket, key, grant_id)
             raise RequestRefused(400, f"the uploaded body is {size} bytes, more than a xorb can be")
         buffer = buffers.take()
         try:
@@ -178,13 +211,22 @@ class Grants:
 
             try:
                 created = self.app.store.put_verified_xorb(xorb, lambda expected: verifier.finish(length, expected), create)
-            except StorageError:
-                bucket.delete(key)
+            except (StorageError, RequestRefused):
+                self._retire(bucket, key, grant_id)
                 raise
         finally:
             buffers.give_back(buffer)
-        bucket.delete(key)
+        self._retire(bucket, key, grant_id)
         return created
+
+    def _retire(self, bucket: S3ObjectStore, key: str, grant_id: str) -> None:
+        """End a grant whose staged body was committed or refused: its staged object becomes
+        an empty marker, which the collector removes after ABANDONED_AFTER, when the grant's
+        URL has long expired. While the marker is there, the URL's signed If-None-Match: *
+        makes the store refuse a replayed PUT (412), so nothing is staged again after a commit;
+        its bytes no longer count against the repo (grant_limits)."""
+        bucket.put(key)
+        self.limits.release(grant_id)
 
 
 def collect_abandoned_uploads(bucket: S3ObjectStore, older_than: float = ABANDONED_AFTER, now: float | None = None) -> int:
@@ -200,7 +242,7 @@ def collect_abandoned_uploads(bucket: S3ObjectStore, older_than: float = ABANDON
     return removed
 
 
-def start_upload_collector(bucket: S3ObjectStore, interval: float = 3600) -> threading.Thread:
+def start_upload_collector(bucket: S3ObjectStore, interval: float = COLLECT_INTERVAL) -> threading.Thread:
     """Collect abandoned staged uploads now and then every `interval` seconds, in a daemon
     thread (a failed round is logged and retried at the next)."""
 

@@ -103,6 +103,8 @@ class HubHost(Protocol):
 
     async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS) -> Claims: ...
 
+    async def revoked(self) -> frozenset[str]: ...
+
     def read_body(self, request: Request, limit: int) -> Awaitable[bytes]: ...
 
     def base_url(self, request: Request) -> str: ...
@@ -169,7 +171,8 @@ class HubEmulation:
                 action["header"][FILE_HASH] = stored.file_hex
                 entry["actions"] = {"download": action}
             else:
-                entry["actions"] = {"download": {"href": self._bridge_url(base, repo, stored.file_hex), "expires_in": self.cas.config.url_ttl}}
+                href, exp = self._bridge_url(base, claims, stored.file_hex)
+                entry["actions"] = {"download": {"href": href, "expires_in": max(1, exp - int(time.time()))}}
             out.append(entry)
         return JSONResponse({"transfer": transfer, "objects": out, "hash_algo": "sha256"}, media_type=LFS_MEDIA_TYPE)
 
@@ -193,12 +196,13 @@ class HubEmulation:
             "expires_in": max(1, exp - int(time.time())),
         }
 
-    def _bridge_url(self, base: str, repo: str, file_hex: str) -> str:
-        """Shaped like the Hub's cas-bridge hrefs: the XET file hash is the last path segment;
-        signed for (repo, file, expiry) in a MAC domain of its own."""
-        exp = int(time.time()) + self.cas.config.url_ttl
-        sig = self.cas.signer.sign_bridge(repo, file_hex, exp)
-        return f"{base}/xet-bridge-us/{repo}/{file_hex}?{urlencode({'exp': exp, 'sig': sig})}"
+    def _bridge_url(self, base: str, claims: Claims, file_hex: str) -> tuple[str, int]:
+        """(URL, expiry), shaped like the Hub's cas-bridge hrefs: the XET file hash is the last
+        path segment; signed for (repo, file, expiry, token id) in a MAC domain of its own. It
+        lives no longer than the token that asked for it, and dies with its revocation."""
+        exp = min(int(time.time()) + self.cas.config.url_ttl, claims.exp)
+        sig = self.cas.signer.sign_bridge(claims.repo, file_hex, exp, claims.id)
+        return f"{base}/xet-bridge-us/{claims.repo}/{file_hex}?{urlencode({'exp': exp, 't': claims.id, 'sig': sig})}", exp
 
     async def token_route(self, request: Request) -> Response:
         """Mint a CAS token from a user token of this repo (never from a CAS token)."""
@@ -221,10 +225,12 @@ class HubEmulation:
         if not hashes.is_hash_hex(file_hex):
             return error_response(RequestRefused(400, "invalid file hash"))
         try:
-            exp, sig = int(request.query_params["exp"]), request.query_params["sig"]
+            exp, sig, token_id = int(request.query_params["exp"]), request.query_params["sig"], request.query_params["t"]
         except (KeyError, ValueError):
             return error_response(RequestRefused(403, "not a signed download URL"))
-        self.cas.signer.check_bridge(repo, file_hex, exp, sig)
+        self.cas.signer.check_bridge(repo, file_hex, exp, sig, token_id)
+        if token_id in await self.cas.revoked():
+            return error_response(RequestRefused(403, "the token this URL was issued to is revoked; run the git command again"))
         stored = await in_worker(self._bridge_file, repo, file_hex)
         if stored is None:
             return error_response(RequestRefused(404, "file not found"))

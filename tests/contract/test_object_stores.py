@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from git_xet.core.checksums import crc64nvme, crc64nvme_reference
+from git_xet.core.checksums import crc64nvme, crc64nvme_header, crc64nvme_reference
 from git_xet.storage.objects import DirectoryObjectStore, ObjectStore
 from git_xet.storage.s3 import MIN_COPY_PART_BYTES, READ_STEP, PartsBody, S3Config, S3Error, S3Location, S3ObjectStore, parse_s3_url
 from tests.support.datagen import random_bytes
@@ -154,11 +154,15 @@ def test_delete_and_list(s3_store: S3ObjectStore) -> None:
     assert len(list(s3_store.list("xorbs/"))) == len(keys) - 1
 
 
+def _signed_headers(url: str) -> list[str]:
+    return url.lower().split("x-amz-signedheaders=")[1].split("&")[0].replace("%3b", ";").split(";")
+
+
 def test_presigned_put_is_bound_to_its_checksum_and_creates_once(s3_store: S3ObjectStore) -> None:
     body = random_bytes(200_000, 3)
     crc = crc64nvme(body) if crc64nvme else crc64nvme_reference(body)
-    url, headers = s3_store.presign_put_new("staging/a", crc, 60)
-    assert "x-amz-checksum-crc64nvme" in url.lower().split("x-amz-signedheaders=")[1].split("&")[0].replace("%3b", ";")
+    url, headers = s3_store.presign_put_new("staging/a", len(body), crc, 60)
+    assert {"x-amz-checksum-crc64nvme", "content-length", "if-none-match"} <= set(_signed_headers(url))
     tampered = bytearray(body)
     tampered[1000] ^= 1
     refused = httpx.put(url, content=bytes(tampered), headers=headers)
@@ -174,22 +178,59 @@ def test_presigned_put_is_bound_to_its_checksum_and_creates_once(s3_store: S3Obj
     assert httpx.put(url, content=body, headers=headers).status_code == 412
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(length=st.integers(1, 300_000), extra=st.integers(-299_999, 5_000_000).filter(lambda n: n != 0))
+def test_presigned_put_takes_only_its_signed_length(s3_store: S3ObjectStore, length: int, extra: int) -> None:
+    """A body of any other length than the grant's is refused, whatever its checksum: a
+    100-byte grant cannot stage 200 MiB (the checksum alone bound only the content)."""
+    other = random_bytes(max(1, length + extra), length)
+    crc = crc64nvme_reference(random_bytes(length, length))
+    url, headers = s3_store.presign_put_new(f"staging/len{length}", length, crc, 60)
+    own_crc = {**headers, "x-amz-checksum-crc64nvme": crc64nvme_header(crc64nvme_reference(other))}
+    for sent in (headers, own_crc):
+        assert httpx.put(url, content=other, headers=sent).status_code == 403
+    streamed = httpx.put(url, content=iter([other]), headers=headers)  # chunked: no Content-Length at all
+    assert streamed.status_code in (403, 411)
+    assert not s3_store.exists(f"staging/len{length}")
+
+
 def test_presigned_put_expires(s3_store: S3ObjectStore) -> None:
     body = b"expiring body"
-    url, headers = s3_store.presign_put_new("staging/b", crc64nvme_reference(body), 1)
+    url, headers = s3_store.presign_put_new("staging/b", len(body), crc64nvme_reference(body), 1)
     time.sleep(2.2)
     assert httpx.put(url, content=body, headers=headers).status_code == 403
     assert not s3_store.exists("staging/b")
 
 
-def test_presigned_get_serves_one_range(s3_store: S3ObjectStore) -> None:
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_presigned_get_serves_exactly_its_signed_range(s3_store: S3ObjectStore, data: st.DataObject) -> None:
+    """The URL of one range serves that range and nothing else: no Range, a wider, shifted,
+    shorter or suffix range, two ranges, or a tampered signature are all refused."""
     s3_store.put("xorbs/aa/x", OBJECT)
-    url = s3_store.presign_get("xorbs/aa/x", 60)
-    for start, end in ((0, 0), (17, 4095), (len(OBJECT) - 9, len(OBJECT) - 1)):
-        response = httpx.get(url, headers={"Range": f"bytes={start}-{end}"})
-        assert response.status_code == 206
-        assert response.content == OBJECT[start : end + 1]
-    assert httpx.get(url.replace("X-Amz-Signature=", "X-Amz-Signature=0"), headers={"Range": "bytes=0-9"}).status_code == 403
+    size = len(OBJECT)
+    start = data.draw(st.integers(0, size - 1), "start")
+    end = data.draw(st.integers(start, size - 1), "end")
+    url = s3_store.presign_range("xorbs/aa/x", start, end, 60)
+    assert "range" in _signed_headers(url)
+    exact = httpx.get(url, headers={"Range": f"bytes={start}-{end}"})
+    assert exact.status_code == 206 and exact.content == OBJECT[start : end + 1]
+    others = [f"bytes={start}-", "bytes=0-", f"bytes=-{end - start + 1}", f"bytes={start}-{end},{start}-{end}", f"bytes={start}-{end + 1}", f"bytes={start + 1}-{end + 1}"]
+    if start:
+        others += [f"bytes={start - 1}-{end}", f"bytes={start - 1}-{end - 1}"]
+    if end > start:
+        others += [f"bytes={start}-{end - 1}", f"bytes={start + 1}-{end}"]
+    assert httpx.get(url).status_code == 403  # the whole object
+    for other in others:
+        assert httpx.get(url, headers={"Range": other}).status_code == 403, other
+    assert httpx.get(url.replace("X-Amz-Signature=", "X-Amz-Signature=0"), headers={"Range": f"bytes={start}-{end}"}).status_code == 403
+
+
+def test_presigned_get_expires(s3_store: S3ObjectStore) -> None:
+    s3_store.put("xorbs/aa/y", OBJECT)
+    url = s3_store.presign_range("xorbs/aa/y", 0, 99, 1)
+    time.sleep(2.2)
+    assert httpx.get(url, headers={"Range": "bytes=0-99"}).status_code == 403
 
 
 def test_wrong_credentials_say_which(seaweed: RunningS3) -> None:

@@ -517,7 +517,7 @@ def test_bridge_and_xorb_url_signatures_are_not_interchangeable(server: RunningS
     with httpx.Client(timeout=30) as client:
         assert client.get(href).content == data
         # The bridge's signature replayed as a xorb URL for the same hash...
-        forged = f"{server.url}/v1/xorb-data/{file_hex}?r=0-0&exp={query['exp']}&sig={query['sig']}"
+        forged = f"{server.url}/v1/xorb-data/{file_hex}?r=0-0&exp={query['exp']}&t={query['t']}&sig={query['sig']}"
         assert client.get(forged, headers={"Range": "bytes=0-0"}).status_code == 403
         # ... or for another repo.
         assert client.get(href.replace(f"/{repo}/", "/acme/elsewhere/")).status_code == 403
@@ -525,7 +525,7 @@ def test_bridge_and_xorb_url_signatures_are_not_interchangeable(server: RunningS
         recon = client.get(f"{server.url}/v1/reconstructions/{file_hex}", headers=bearer(token)).json()
         (entry,) = next(iter(recon["fetch_info"].values()))
         xorb_query = dict(p.split("=", 1) for p in urlsplit(entry["url"]).query.split("&"))
-        assert client.get(f"{server.url}{bridge.path}?exp={xorb_query['exp']}&sig={xorb_query['sig']}").status_code == 403
+        assert client.get(f"{server.url}{bridge.path}?exp={xorb_query['exp']}&t={xorb_query['t']}&sig={xorb_query['sig']}").status_code == 403
 
 
 # ---------------------------------------------------------------- the agent's credentials

@@ -66,6 +66,11 @@ def _keys(bucket: S3ObjectStore, prefix: str) -> dict[str, int]:
     return dict(bucket.sizes(prefix))
 
 
+def _staged(bucket: S3ObjectStore) -> dict[str, int]:
+    """Staged grant uploads that hold bytes (a committed grant leaves an empty marker)."""
+    return {key: size for key, size in _keys(bucket, "uploads/").items() if size}
+
+
 def test_our_client_puts_into_the_bucket_and_downloads_from_it(tmp_path: Path, seaweed: RunningS3) -> None:
     with s3_server(tmp_path, seaweed) as (server, bucket):
         backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY)
@@ -79,7 +84,7 @@ def test_our_client_puts_into_the_bucket_and_downloads_from_it(tmp_path: Path, s
         received = sum(r["bytes_in"] for r in _requests(server))
         assert received < len(DATA) // 20, received
         xorbs = _keys(bucket, "xorbs/")
-        assert len(xorbs) == 1 and not _keys(bucket, "uploads/")  # staged copy removed after the commit
+        assert len(xorbs) == 1 and not _staged(bucket)  # staged copy emptied at the commit
         assert not _keys(bucket, "shards/")  # a small shard lives in its index row
 
         plan = httpx.get(f"{server.url}/v2/reconstructions/{result.file_hex}", headers=bearer(server.token('read'))).json()
@@ -101,7 +106,7 @@ def test_hf_xet_uploads_through_grants_and_downloads_from_the_bucket(tmp_path: P
         calls = _calls(server)
         assert calls[("POST", "xorb-grants", 201)] >= 1 and calls[("POST", "xorb-commits", 200)] == calls[("POST", "xorb-grants", 201)]
         assert not any(kind in ("xorb-uploads", "xorbs") for _m, kind, _s in calls)
-        assert not _keys(bucket, "uploads/")
+        assert not _staged(bucket)
         dest = tmp_path / "hf-out.bin"
         hf_xet_oracle.remote_download([(dest, uploaded["hash"], len(DATA))], server.url, token, tmp_path / "hf2")
         assert dest.read_bytes() == DATA
@@ -160,23 +165,25 @@ def test_bodies_that_do_not_match_are_refused_and_never_committed(tmp_path: Path
         g = grant(crc64nvme_reference(tampered_bytes))
         assert put(g, tampered_bytes).status_code == 200
         assert _keys(bucket, "uploads/")
-        assert commit(g) == 400
-        # A body too large for a xorb (the PUT's length is not signed): refused before it is read.
+        assert commit(g) == 400 and not _staged(bucket)
+        assert put(g, tampered_bytes).status_code == 412 and not _staged(bucket)  # the refused grant is used up
+        # A body longer than its grant, with its own checksum: the store refuses it (the length is signed).
         huge = bytes(MAX_FETCH_RANGE_BYTES + 1)
         assert crc64nvme is not None
         g_huge = grant_for(len(body), crc64nvme(huge))
-        assert put(g_huge, huge).status_code == 200
-        assert commit(g_huge) == 400 and not _keys(bucket, "uploads/")
+        assert put(g_huge, huge).status_code == 403
+        assert commit(g_huge) == 404 and not _staged(bucket)
         # A grant whose PUT never happens.
         assert commit(grant(crc64nvme_reference(body))) == 404
-        assert not _keys(bucket, "xorbs/") and not _keys(bucket, "uploads/")
+        assert not _keys(bucket, "xorbs/") and not _staged(bucket)
         assert httpx.post(f"{server.url}/v1/xorb-commits/default/{xorb_hex}/grant/..%2F..%2Fxorbs", headers=auth).status_code == 404
         # The real body: stored and committed once; the same URL again is 412 from the store.
         good = grant(crc64nvme_reference(body))
         assert put(good, body).status_code == 200
         assert put(good, body).status_code == 412
         assert commit(good) == 200
-        assert list(_keys(bucket, "xorbs/")) == [f"xorbs/{xorb_hex[:2]}/{xorb_hex}"] and not _keys(bucket, "uploads/")
+        assert list(_keys(bucket, "xorbs/")) == [f"xorbs/{xorb_hex[:2]}/{xorb_hex}"] and not _staged(bucket)
+        assert put(good, body).status_code == 412 and not _staged(bucket)  # a replay after the commit stages nothing
         again = httpx.post(f"{server.url}/v1/xorb-grants/default/{xorb_hex}", headers=auth, json={"length": len(body), "checksum": {"algo": "crc64nvme", "value": "1"}})
         assert again.status_code == 200
 
@@ -222,7 +229,7 @@ def test_a_commit_stores_the_xorb_inside_the_bucket_and_racing_commits_leave_one
         stored = bucket.read(key)
         (winner,) = [body for body in bodies if stored.startswith(body)]
         assert stored == winner + verify_xorb(winner).footer().serialize()  # what a POSTed upload stores
-        assert not _keys(bucket, "uploads/")
+        assert not _staged(bucket)
         assert not bucket.client.list_multipart_uploads(Bucket=bucket.bucket).get("Uploads")  # the loser's copy aborted
         backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY)
         backend.upload_shard(whole_xorb_file_shard(digest, xorb_hash))
