@@ -52,7 +52,7 @@ from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResp
 from .http_guard import BODY_INTO, SEND_FILE, BodySink
 from .hub import HubEmulation, hub_routes
 from .reconstruction import parse_range_header, with_signed_urls
-from .upload_streams import StreamRef, UploadStreams, parse_header, stream_key
+from .upload_streams import StreamRef, UploadStreams, parse_header, stream_ref
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
 from .worker_threads import in_worker
 
@@ -122,7 +122,7 @@ class CasApp:
         self._revoked_at = float("-inf")
         self._validations: asyncio.Semaphore | None = None
         self.receive_buffers = ReceiveBuffers()
-        self.upload_streams = UploadStreams(self.store.xorb_pieces, config.data_dir)
+        self.upload_streams = UploadStreams(self.store.xorb_pieces)
 
     async def revoked(self) -> frozenset[str]:
         """Revoked token ids, re-read from the index at most once a second (`git xet token
@@ -162,7 +162,7 @@ class CasApp:
         if parsed is None:
             return None
         stream_id, seq = parsed
-        return StreamRef(stream_key(claims.id, claims.repo, stream_id), seq)
+        return stream_ref(claims.id, claims.repo, stream_id, seq)
 
     def stored_in_stream(self, stream: StreamRef | None, xorb: str, held: VerifiedXorb | None = None) -> None:
         """A request newly stored `xorb` (`held`: as verified, still in its buffer): hash it
@@ -170,7 +170,7 @@ class CasApp:
         if stream is not None and stream.seq is not None:
             xorb_hash = hashes.hex_to_hash(xorb)
             content = self.store.xorb_pieces(xorb_hash, held) if held is not None else None
-            self.upload_streams.stored(stream.key, stream.seq, xorb_hash, content)
+            self.upload_streams.stored(stream, xorb_hash, content)
 
     def store_received_xorb(self, xorb: str, received: ReceivedXorb, stream: StreamRef | None = None) -> bool:
         """Store a received xorb (in a worker thread, inside its receive_xorb block), and hash
@@ -311,7 +311,7 @@ class CasApp:
 
     def _stream_prefix(self, stream: StreamRef | None) -> Sha256Prefix | None:
         """What the shard's upload stream hashed (waits for it: call in a worker thread)."""
-        return None if stream is None else self.upload_streams.prefix(stream.key)
+        return None if stream is None else self.upload_streams.prefix(stream)
 
     def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
         prefix = self._stream_prefix(stream)
