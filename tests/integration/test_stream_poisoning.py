@@ -71,13 +71,20 @@ def _push(srv: RunningServer, token: str, data: bytes, statuses: list[int]) -> s
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    junk_mib=st.integers(4, 40),
-    file_mib=st.integers(1, 40),
+    junk_kib=st.integers(1, 4096),
+    file_mib=st.integers(16, 60),
+    other_mib=st.integers(1, 60),
     evictions=st.integers(64, 96),
-    delay_ms=st.integers(0, 40),
+    delay_ms=st.integers(0, 120),
     seed=st.integers(0, 2**32),
 )
-def test_a_raced_stream_never_records_a_wrong_sha256(server: RunningServer, junk_mib: int, file_mib: int, evictions: int, delay_ms: int, seed: int) -> None:
+def test_a_raced_stream_never_records_a_wrong_sha256(
+    server: RunningServer, junk_kib: int, file_mib: int, other_mib: int, evictions: int, delay_ms: int, seed: int
+) -> None:
+    """Junk is xorb 0 of the attacker's stream, the file's one xorb number 1 (hashed onto the
+    junk); while that hash runs, the attacker opens many streams (ending this one) and a
+    new stream of the same id with another xorb as number 0; the file's shard then claims
+    sha256(junk || file)."""
     rng = random.Random(seed)
     attacker, victim = server.token(repo="mallory/evil"), server.token(repo="alice/model")
     statuses: list[int] = []
@@ -85,35 +92,38 @@ def test_a_raced_stream_never_records_a_wrong_sha256(server: RunningServer, junk
     earlier_hex = _push(server, victim, earlier, statuses)
     earlier_oid = hashlib.sha256(earlier).hexdigest()
 
-    junk, data = rng.randbytes(junk_mib * MIB), rng.randbytes(file_mib * MIB)
+    junk, data, other = rng.randbytes(junk_kib * 1024), rng.randbytes(file_mib * MIB), rng.randbytes(other_mib * MIB)
     junk_xorb, _ = single_xorb(junk)
     file_xorb, file_digest = single_xorb(data)
+    other_xorb, _ = single_xorb(other)
     file_hex = hashes.hash_to_hex(file_digest.file_hash)
     poison = hashlib.sha256(junk + data).digest()
     stream = rng.randbytes(8).hex()
-    attack_answers: list[httpx.Response] = []
-
-    def junk_upload() -> None:
-        with httpx.Client(timeout=120) as client:
-            _post_xorb(client, server, attacker, junk_xorb, f"{stream} 0")
+    with httpx.Client(timeout=120) as client:
+        assert _post_xorb(client, server, attacker, junk_xorb, f"{stream} 0") == 200
 
     def file_upload() -> None:
-        time.sleep(delay_ms / 1000)  # the interleaving drawn
         with httpx.Client(timeout=120) as client:
-            _post_xorb(client, server, attacker, file_xorb, f"{stream} 0")
-            body = _shard_for(file_xorb, file_digest.file_hash, len(data), poison)
-            attack_answers.append(client.post(f"{server.url}/v1/shards", content=body, headers={**bearer(attacker), UPLOAD_STREAM: stream}))
+            _post_xorb(client, server, attacker, file_xorb, f"{stream} 1")
 
-    threads = [
-        threading.Thread(target=junk_upload),
-        threading.Thread(target=_evict, args=(server, attacker, evictions, seed, [])),
-        threading.Thread(target=file_upload),
-    ]
+    def end_and_restart() -> None:
+        time.sleep(delay_ms / 1000)  # the interleaving drawn
+        evictors = [threading.Thread(target=_evict, args=(server, attacker, evictions // 8 + 1, seed + i, [])) for i in range(8)]
+        for t in evictors:
+            t.start()
+        for t in evictors:
+            t.join(timeout=300)
+        with httpx.Client(timeout=120) as client:
+            _post_xorb(client, server, attacker, other_xorb, f"{stream} 0")
+
+    threads = [threading.Thread(target=file_upload), threading.Thread(target=end_and_restart)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=300)
-    (answer,) = attack_answers
+    with httpx.Client(timeout=120) as client:
+        body = _shard_for(file_xorb, file_digest.file_hash, len(data), poison)
+        answer = client.post(f"{server.url}/v1/shards", content=body, headers={**bearer(attacker), UPLOAD_STREAM: stream})
     assert answer.status_code == 400 and "does not match its content" in answer.text, answer.text
 
     store = CasStore(server.data_dir)

@@ -10,7 +10,7 @@ import hashlib
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -130,11 +130,9 @@ def test_a_hash_running_into_an_ended_stream_lands_nowhere(ending: str, junk: in
         streams.stored(_ref("k", seq), junk_names[seq])
     assert gate.started.wait(30)
     if ending == "shard":
-        upload_streams.PREFIX_WAIT_SECONDS, saved = 0.0, upload_streams.PREFIX_WAIT_SECONDS
-        try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(upload_streams, "PREFIX_WAIT_SECONDS", 0.0)
             assert streams.prefix(_ref("k")) is None  # gave up on the running hash
-        finally:
-            upload_streams.PREFIX_WAIT_SECONDS = saved
     elif ending == "evicted":
         for i in range(MAX_STREAMS_PER_WRITER):
             streams.stored(_ref(f"other{i}", 0), junk_names[0], [list(xorbs[junk_names[0]])])
@@ -150,6 +148,53 @@ def test_a_hash_running_into_an_ended_stream_lands_nowhere(ending: str, junk: in
     assert prefix is not None
     assert list(prefix.xorbs) == file_names
     assert prefix.digest.hexdigest() == _sha256(xorbs, file_names)
+
+
+class Held:
+    """A request's held content whose reading waits until released (an inline hash caught
+    running in the request's own thread)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __iter__(self) -> Iterator[list[bytes]]:
+        self.started.set()
+        assert self.release.wait(30)
+        return iter([list(self.chunks)])
+
+
+@settings(max_examples=20, deadline=None)
+@given(evicted=st.booleans(), seed=st.integers(0, 2**32))
+def test_a_file_xorb_hashed_onto_junk_in_an_ended_stream_lands_nowhere(evicted: bool, seed: int) -> None:
+    """The interleaving that poisoned the cross-process streams (one run of the old code on this
+    exact sequence gave a prefix of [file] with sha256(junk || file)): junk is xorb 0, the
+    file's xorb is number 1 and is being hashed onto the junk when the stream ends (evicted by
+    the writer's own new streams, or by its shard) and a new stream of the same id gets
+    another xorb as number 0. Whatever the new stream holds, it is never [file] with junk in
+    its digest."""
+    xorbs = _xorbs(3, seed)
+    junk, file, other = list(xorbs)
+    streams = UploadStreams(Store(xorbs).content)
+    streams.stored(_ref("k", 0), junk, [list(xorbs[junk])])
+    in_flight = Held(xorbs[file])
+    hashing = threading.Thread(target=streams.stored, args=(_ref("k", 1), file, in_flight))
+    hashing.start()
+    assert in_flight.started.wait(30)
+    if evicted:
+        for i in range(MAX_STREAMS_PER_WRITER):
+            streams.stored(_ref(f"other{i}", 0), other, [list(xorbs[other])])
+    else:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(upload_streams, "PREFIX_WAIT_SECONDS", 0.0)
+            assert streams.prefix(_ref("k")) is None  # gave up on the running hash
+    streams.stored(_ref("k", 0), other, [list(xorbs[other])])
+    in_flight.release.set()
+    hashing.join(30)
+    prefix = _settled(streams).prefix(_ref("k"))
+    assert prefix is not None and list(prefix.xorbs) == [other]
+    assert prefix.digest.hexdigest() == _sha256(xorbs, [other])
 
 
 def test_a_shard_waits_for_its_streams_running_hash_only(monkeypatch: pytest.MonkeyPatch) -> None:
