@@ -110,15 +110,16 @@ def _check_shard(store: CasStore, shard_id: str) -> str | None:
     return None
 
 
-def _check_sha256s(store: CasStore, report: FsckReport, progress: Callable[[str], None] | None) -> None:
+def _check_sha256s(store: CasStore, report: FsckReport, bad_xorbs: set[str], progress: Callable[[str], None] | None) -> None:
     """Rehash every file that has a recorded sha256, from its bytes as a download gets them
-    (each chunk checked against its hash), one piece in memory at a time."""
+    (each chunk checked against its hash), one piece in memory at a time; files using a xorb
+    reported already (`bad_xorbs`) are skipped: that problem is what to fix first."""
     hashed = reported = 0
     for file_hex, _size, recorded, _terms in store.index.export_rows("files"):
         if recorded is None:
             continue
         stored = store.get_file(file_hex)
-        if stored is None:
+        if stored is None or any(hashes.hash_to_hex(t.xorb_hash) in bad_xorbs for t in stored.terms):
             continue
         report.files += 1
         digest = hashlib.sha256()
@@ -151,12 +152,14 @@ def fsck(store: CasStore, progress: Callable[[str], None] | None = None, repair:
     the orphans; with `repair`, correct the wrong sha256s."""
     report = FsckReport()
     indexed: set[str] = set()
+    bad_xorbs: set[str] = set()
     for xorb_hex, _size in store.index.iter_xorbs():
         indexed.add(xorb_hex)
         report.xorbs += 1
         problem = _check_xorb(store, xorb_hex)
         if problem:
             report.problems.append(problem)
+            bad_xorbs.add(xorb_hex)
         if progress is not None and report.xorbs % 1000 == 0:
             progress(f"{report.xorbs} xorbs checked")
     shard_ids = store.index.shard_ids()
@@ -165,7 +168,7 @@ def fsck(store: CasStore, progress: Callable[[str], None] | None = None, repair:
         problem = _check_shard(store, shard_id)
         if problem:
             report.problems.append(problem)
-    _check_sha256s(store, report, progress)
+    _check_sha256s(store, report, bad_xorbs, progress)
     if repair:
         repair_sha256s(store, report)
     for key, _mtime in _orphans(store, indexed, shard_ids):
