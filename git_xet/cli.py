@@ -362,20 +362,24 @@ def _cmd_fsck(args: argparse.Namespace) -> int:
     store = _open_store(args, "fsck")
     if store is None:
         return 1
-    report = fsck(store, progress=lambda line: print(f"git-xet fsck: {line}", file=sys.stderr))
+    report = fsck(store, progress=lambda line: print(f"git-xet fsck: {line}", file=sys.stderr), repair=args.repair)
     store.close()
     for problem in report.problems:
         print(f"error: {problem}")
+    for wrong in report.repaired:
+        print(f"repaired: file {wrong.file_hex}: sha256 {wrong.recorded} -> {wrong.actual}")
+    if report.repaired:
+        print(f"git-xet fsck: {len(report.repaired)} wrong sha256s replaced by their files' own, {report.unmapped} oid mappings of them removed")
     for key in report.orphans:
         print(f"orphan: {key}")
     for xorb in report.unused:
         print(f"unused: {xorb}")
     removable = report.orphans or report.unused
     print(
-        f"git-xet fsck: {report.xorbs} xorbs and {report.shards} shards checked, {len(report.problems)} problems, "
+        f"git-xet fsck: {report.xorbs} xorbs, {report.shards} shards and {report.files} files' sha256 checked, {len(report.problems)} problems, "
         f"{len(report.orphans)} orphaned objects, {len(report.unused)} unused xorbs{' (remove with `git xet gc`)' if removable else ''}"
     )
-    return 0 if report.ok else 1
+    return 0 if len(report.problems) == len(report.repaired) else 1
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:
@@ -575,6 +579,10 @@ def build_parser() -> argparse.ArgumentParser:
     fsck_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
     fsck_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     fsck_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
+    fsck_cmd.add_argument(
+        "--repair", action="store_true",
+        help="replace each recorded sha256 that does not match its file's bytes by the computed one, and remove that wrong oid's mappings to the file",
+    )  # fmt: skip
     fsck_cmd.set_defaults(func=_cmd_fsck)
 
     gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")

@@ -19,15 +19,16 @@ Routes (each also under /api/v1 as the draft spells them where it names one):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
@@ -53,11 +54,13 @@ from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResp
 from .http_guard import BODY_INTO, SEND_FILE, BodySink
 from .hub import HubEmulation, hub_routes
 from .reconstruction import parse_range_header, with_signed_urls
-from .upload_streams import StreamRef, UploadStreams, parse_header, stream_key
+from .upload_streams import StreamRef, UploadStreams, parse_header, stream_ref
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
-from .worker_threads import in_worker
+from .worker_threads import in_worker, in_worker_holding
 
 log = logging.getLogger("git_xet.server")
+
+T = TypeVar("T")
 
 DEDUP_KEY_PERIOD = 24 * 3600
 DEDUP_SHARD_LIFETIME = 7 * 24 * 3600
@@ -126,8 +129,10 @@ class CasApp:
         self._revoked: frozenset[str] = frozenset()
         self._revoked_at = float("-inf")
         self._validations: asyncio.Semaphore | None = None
+        self._running = 0  # validations in a turn, running now (_counted)
+        self._running_lock = threading.Lock()
         self.receive_buffers = ReceiveBuffers()
-        self.upload_streams = UploadStreams(self.store.xorb_pieces, config.data_dir)
+        self.upload_streams = UploadStreams(self.store.xorb_pieces)
 
     async def revoked(self) -> frozenset[str]:
         """Revoked token ids, re-read from the index at most once a second (`git xet token
@@ -146,10 +151,28 @@ class CasApp:
             self._validations = asyncio.Semaphore(MAX_CONCURRENT_VALIDATIONS)
         return self._validations
 
-    def validation_turn(self, small: Shard | None) -> contextlib.AbstractAsyncContextManager:
-        """What validating a shard waits for: a turn, unless it is small (`small`: what
-        _parsed_if_small gave, see SMALL_SHARD_*)."""
-        return contextlib.nullcontext() if small is not None else self.validations()
+    def validated(self, small: Shard | None, fn: Callable[..., T], *args: object) -> Awaitable[T]:
+        """fn(*args), a shard's validation, in a worker thread: in a turn unless the shard is
+        small (`small`: what _parsed_if_small gave, see SMALL_SHARD_*). The turn is kept until
+        the validation ends, even if its client has gone (issue 42 §8)."""
+        if small is not None:
+            return in_worker(fn, *args)
+        return in_worker_holding(self.validations(), self._counted, fn, *args)
+
+    def _counted(self, fn: Callable[..., T], *args: object) -> T:
+        """fn(*args), logging how many turn-taking validations run at once as one starts and
+        ends (what tests/integration/test_validation_turns.py watches, and an operator may)."""
+        with self._running_lock:
+            self._running += 1
+            running = self._running
+        log.info("shard validations running: %d", running)
+        try:
+            return fn(*args)
+        finally:
+            with self._running_lock:
+                self._running -= 1
+                running = self._running
+            log.info("shard validation ended, %d still running", running)
 
     def read_body(self, request: Request, limit: int):
         """The request's body (see http_io.read_body), with this server's idle timeout."""
@@ -167,7 +190,7 @@ class CasApp:
         if parsed is None:
             return None
         stream_id, seq = parsed
-        return StreamRef(stream_key(claims.id, claims.repo, stream_id), seq)
+        return stream_ref(claims.id, claims.repo, stream_id, seq)
 
     def stored_in_stream(self, stream: StreamRef | None, xorb: str, held: VerifiedXorb | None = None) -> None:
         """A request newly stored `xorb` (`held`: as verified, still in its buffer): hash it
@@ -175,7 +198,7 @@ class CasApp:
         if stream is not None and stream.seq is not None:
             xorb_hash = hashes.hex_to_hash(xorb)
             content = self.store.xorb_pieces(xorb_hash, held) if held is not None else None
-            self.upload_streams.stored(stream.key, stream.seq, xorb_hash, content)
+            self.upload_streams.stored(stream, xorb_hash, content)
 
     def store_received_xorb(self, xorb: str, received: ReceivedXorb, stream: StreamRef | None = None) -> bool:
         """Store a received xorb (in a worker thread, inside its receive_xorb block), and hash
@@ -337,7 +360,7 @@ class CasApp:
 
     def _stream_prefix(self, stream: StreamRef | None) -> Sha256Prefix | None:
         """What the shard's upload stream hashed (waits for it: call in a worker thread)."""
-        return None if stream is None else self.upload_streams.prefix(stream.key)
+        return None if stream is None else self.upload_streams.prefix(stream)
 
     def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
         prefix = self._stream_prefix(stream)
@@ -347,8 +370,7 @@ class CasApp:
         claims = await self.authorize(request, "write")
         body = await self.read_body(request, MAX_SHARD_BODY)
         small = _parsed_if_small(body)
-        async with self.validation_turn(small):
-            inserted = await in_worker(self._register, body, claims.repo, None, small, self.upload_stream(request, claims))
+        inserted = await self.validated(small, self._register, body, claims.repo, None, small, self.upload_stream(request, claims))
         return JSONResponse({"result": 1 if inserted else 0})
 
     async def upload_bundle(self, request: Request) -> Response:
@@ -363,8 +385,7 @@ class CasApp:
             raise RequestRefused(400, f"invalid upload bundle: {exc}") from None
         shard_body = bytes(shard)
         small = _parsed_if_small(shard_body)
-        async with self.validation_turn(small):
-            inserted = await in_worker(self._store_bundle, xorbs, shard_body, claims.repo, small, self.upload_stream(request, claims))
+        inserted = await self.validated(small, self._store_bundle, xorbs, shard_body, claims.repo, small, self.upload_stream(request, claims))
         return JSONResponse({"result": 1 if inserted else 0})
 
     def _store_bundle(
@@ -393,8 +414,8 @@ class CasApp:
 
             yield frame({"type": "validating", "verified": 0, "total": 1})
             small = _parsed_if_small(body)
-            async with self.validation_turn(small):
-                work = asyncio.ensure_future(in_worker(self._register, body, claims.repo, progress, small, self.upload_stream(request, claims)))
+            work = asyncio.ensure_future(self.validated(small, self._register, body, claims.repo, progress, small, self.upload_stream(request, claims)))
+            try:
                 while not work.done():
                     update = asyncio.ensure_future(updates.get())
                     await asyncio.wait({work, update}, return_when=asyncio.FIRST_COMPLETED)
@@ -403,6 +424,8 @@ class CasApp:
                         yield frame({"type": "validating", "verified": done, "total": total})
                     else:
                         update.cancel()
+            finally:
+                work.cancel()  # the client left: a validation not started yet never starts (a running one keeps its turn)
             try:
                 inserted = work.result()
             except Exception as exc:  # reported in-band once the stream has started

@@ -126,7 +126,7 @@ class Grants:
             return JSONResponse({"id": grant_id, "method": "PUT", "url": url, "headers": headers}, status_code=201)
         # The PUT stores the xorb here, without a token: its upload stream travels signed.
         named = self.app.upload_stream(request, claims)
-        stream = f"{named.key}.{named.seq}" if named is not None and named.seq is not None else ""
+        stream = named.to_param() if named is not None and named.seq is not None else ""
         sig = self._sign(xorb, length, crc, exp, grant_id, stream)
         query = urlencode({"grant": grant_id, "length": length, "crc": crc, "exp": exp, "stream": stream, "sig": sig})
         url = f"{self.app.base_url(request)}/v1/xorb-uploads/{xorb}?{query}"
@@ -152,8 +152,7 @@ class Grants:
                 raise RequestRefused(400, "BadDigest: the body does not match the granted CRC-64/NVME checksum")
             if await in_worker(self.app.store.xorb_layout, xorb) is not None:
                 raise RequestRefused(412, "this xorb is stored already")
-            key, _, seq = stream.partition(".")
-            named = StreamRef(key, int(seq)) if stream else None
+            named = StreamRef.from_param(stream)
             inserted = await in_worker(self.app.store_received_xorb, xorb, received, named)
         if not inserted:
             raise RequestRefused(412, "this xorb is stored already")

@@ -10,6 +10,7 @@ end, because that work may be reading a pooled receive buffer that must not be h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,9 +26,33 @@ _pool = ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="git-xet-
 
 async def in_worker(fn: Callable[..., T], *args: object) -> T:
     """fn(*args) in a worker thread; its result or its exception."""
-    future = asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args))
+    return await _outlived(asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args)))
+
+
+async def in_worker_holding(turn: asyncio.Semaphore, fn: Callable[..., T], *args: object) -> T:
+    """fn(*args) in a worker thread once it has one of `turn`'s places, which it keeps until
+    fn returns: a bound on work holds until the work ends, not until its caller leaves (a
+    client that hangs up, a response generator closed early). A caller cancelled while
+    waiting for a place leaves without running fn."""
+    await turn.acquire()
+    try:
+        future = asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args))
+    except BaseException:
+        turn.release()
+        raise
+    future.add_done_callback(lambda _: turn.release())
+    return await _outlived(future)
+
+
+async def _outlived(future: asyncio.Future[T]) -> T:
+    """The work's result; a cancelled caller still waits for the work to end (see the module
+    docstring), however often it is cancelled meanwhile."""
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        await asyncio.wait([future])  # not abandoned: see the module docstring
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([future])
+        if not future.cancelled():
+            future.exception()  # nobody is left to take it: not "never retrieved" in the log
         raise

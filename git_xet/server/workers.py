@@ -9,8 +9,8 @@ processes: the agents of a local store are such processes).
 
 By default there are DEFAULT_WORKERS (fewer on a machine with fewer cores): a push of 1000
 small files took 1.89 s with two and 2.42 s with one on the 2-core reference machine
-(`python bench/many_files.py --server-workers W`), and a large file's push the same time, its
-xorbs' sha256 being shared between the workers (upload_streams).
+(`python bench/many_files.py --server-workers W`). A large file's xorbs then land in either
+worker, and only the shard's worker's own upload stream (upload_streams) shortens its sha256.
 
 The parent only supervises: it forwards SIGTERM and SIGINT to the workers and waits for them.
 A worker that exits on its own (a crash, the out-of-memory killer) stops the others, and the

@@ -1,7 +1,12 @@
 """Operator checks and cleanup over a store's objects and index: fsck and garbage collection.
 
 fsck: every indexed xorb is present, hashes to its name and matches its indexed layout; every
-registered shard is present (in the object store, or in its index row) and hashes to its id. Listed, not errors: orphans (objects nothing
+registered shard is present (in the object store, or in its index row) and hashes to its id;
+every file's recorded sha256 (what its Git LFS oids are checked against) is the sha256 of its
+bytes, reconstructed and hashed in pieces. With `repair`, a wrong one is replaced by the
+computed one and the oid mappings of the wrong one to that file are removed (see
+MetadataIndex.correct_sha256): honest pushes of the file then register again, and nothing
+keeps serving it under the wrong oid. Listed, not errors: orphans (objects nothing
 indexes: a writer died between object and index; in a bucket, an upload grant's PUT staged
 under uploads/ whose commit never came) and unused xorbs (indexed, but no registered file uses them: pushes whose shard never came).
 
@@ -15,10 +20,12 @@ re-uploaded as it is removed is written back by its uploader (CasStore._index_xo
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..core import hashes
 from ..core.errors import FormatError
@@ -31,11 +38,24 @@ log = logging.getLogger("git_xet.storage")
 DEFAULT_GRACE_SECONDS = 24 * 3600
 
 
+SHA256_PROGRESS_BYTES = 1 << 30  # how often the sha256 pass reports progress
+
+
+class WrongSha256(NamedTuple):
+    file_hex: str
+    recorded: str
+    actual: str
+
+
 @dataclass
 class FsckReport:
     xorbs: int = 0  # indexed xorbs checked
     shards: int = 0  # registered shards checked
+    files: int = 0  # files with a recorded sha256, rehashed
     problems: list[str] = field(default_factory=list)  # indexed objects missing or invalid
+    wrong_sha256: list[WrongSha256] = field(default_factory=list)  # also in problems
+    repaired: list[WrongSha256] = field(default_factory=list)  # corrected (fsck's `repair`)
+    unmapped: int = 0  # oid mappings of wrong sha256s removed by the repair
     orphans: list[str] = field(default_factory=list)  # object keys nothing indexes
     unused: list[str] = field(default_factory=list)  # indexed xorbs no registered file uses
 
@@ -90,19 +110,58 @@ def _check_shard(store: CasStore, shard_id: str) -> str | None:
     return None
 
 
-def fsck(store: CasStore, progress: Callable[[str], None] | None = None) -> FsckReport:
-    """Check every indexed object (reading and hashing each) and list the orphans. A staged
-    upload of a xorb that is stored is not listed: a committed grant leaves one, empty, so
-    that its URL cannot stage bytes again (server/grants.py); the servers' collector and gc
-    remove it."""
+def _check_sha256s(store: CasStore, report: FsckReport, bad_xorbs: set[str], progress: Callable[[str], None] | None) -> None:
+    """Rehash every file that has a recorded sha256, from its bytes as a download gets them
+    (each chunk checked against its hash), one piece in memory at a time; files using a xorb
+    reported already (`bad_xorbs`) are skipped: that problem is what to fix first."""
+    hashed = reported = 0
+    for file_hex, _size, recorded, _terms in store.index.export_rows("files"):
+        if recorded is None:
+            continue
+        stored = store.get_file(file_hex)
+        if stored is None or any(hashes.hash_to_hex(t.xorb_hash) in bad_xorbs for t in stored.terms):
+            continue
+        report.files += 1
+        digest = hashlib.sha256()
+        try:
+            for piece in store.iter_file_bytes(stored):
+                digest.update(piece)
+                hashed += len(piece)
+        except Exception as exc:  # noqa: BLE001 - whatever keeps its bytes from being read is a problem to report
+            report.problems.append(f"file {file_hex}: its bytes cannot be read to check its sha256 ({exc})")
+            continue
+        if digest.hexdigest() != recorded:
+            wrong = WrongSha256(file_hex, recorded, digest.hexdigest())
+            report.wrong_sha256.append(wrong)
+            report.problems.append(f"file {file_hex}: recorded sha256 {recorded} is not that of its bytes ({wrong.actual}); fix with `git xet fsck --repair`")
+        if progress is not None and hashed - reported >= SHA256_PROGRESS_BYTES:
+            reported = hashed
+            progress(f"{report.files} files ({hashed >> 20} MiB) rehashed")
+
+
+def repair_sha256s(store: CasStore, report: FsckReport) -> None:
+    """Correct each wrong sha256 fsck found (see the module docstring)."""
+    for wrong in report.wrong_sha256:
+        report.unmapped += store.index.correct_sha256(wrong.file_hex, wrong.recorded, wrong.actual)
+        report.repaired.append(wrong)
+        log.info("fsck: file %s: recorded sha256 replaced by the one computed from its bytes", wrong.file_hex)
+
+
+def fsck(store: CasStore, progress: Callable[[str], None] | None = None, repair: bool = False) -> FsckReport:
+    """Check every indexed object (reading and hashing each), every recorded sha256, and list
+    the orphans; with `repair`, correct the wrong sha256s. A staged upload of a xorb that is
+    stored is not listed: a committed grant leaves one, empty, so that its URL cannot stage
+    bytes again (server/grants.py); the servers' collector and gc remove it."""
     report = FsckReport()
     indexed: set[str] = set()
+    bad_xorbs: set[str] = set()
     for xorb_hex, _size in store.index.iter_xorbs():
         indexed.add(xorb_hex)
         report.xorbs += 1
         problem = _check_xorb(store, xorb_hex)
         if problem:
             report.problems.append(problem)
+            bad_xorbs.add(xorb_hex)
         if progress is not None and report.xorbs % 1000 == 0:
             progress(f"{report.xorbs} xorbs checked")
     shard_ids = store.index.shard_ids()
@@ -111,6 +170,9 @@ def fsck(store: CasStore, progress: Callable[[str], None] | None = None) -> Fsck
         problem = _check_shard(store, shard_id)
         if problem:
             report.problems.append(problem)
+    _check_sha256s(store, report, bad_xorbs, progress)
+    if repair:
+        repair_sha256s(store, report)
     for key, _mtime in _orphans(store, indexed, shard_ids):
         if not (_staged(key) and key.split("/")[1] in indexed):  # a committed grant's marker: see below
             report.orphans.append(key)

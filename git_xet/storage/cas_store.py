@@ -82,8 +82,7 @@ def _read_pieces(layout: XorbLayout, chunk_start: int, chunk_end: int, piece: in
 
 
 class RunningSha256(Protocol):
-    """A sha256 being computed: hashlib's, or one resumed from a saved state
-    (server/sha256_state, for a stream that several server processes hashed)."""
+    """A sha256 being computed (hashlib's)."""
 
     def update(self, data: bytes | memoryview, /) -> None: ...
 

@@ -145,6 +145,13 @@ class MetadataIndex(Protocol):
 
     def file_for_oid(self, repo: str, oid: str) -> str | None: ...
 
+    def correct_sha256(self, file_hex: str, wrong: str, right: str) -> int:
+        """Replace the file's recorded sha256 `wrong` by `right` and remove every repo's oid
+        mapping of `wrong` to this file, in one transaction; the number of mappings removed.
+        The one exception to first-writer-wins, for `git xet fsck --repair`: a value computed
+        anew from the file's bytes and found not to match what was recorded. Nothing happens if
+        the recorded value is no longer `wrong`."""
+
     def repo_has_file(self, repo: str, file_hex: str) -> bool: ...
 
     def dedup_xorbs(self, chunk: bytes, limit: int = 8) -> list[str]: ...

@@ -333,6 +333,15 @@ class PostgresIndex:
 
     # ------------------------------------------------------------------ tokens, stats
 
+    def correct_sha256(self, file_hex: str, wrong: str, right: str) -> int:
+        def work(conn: psycopg.Connection) -> int:
+            with conn.transaction():
+                if not conn.execute("UPDATE files SET sha256 = %s WHERE hash = %s AND sha256 = %s", (right, file_hex, wrong)).rowcount:
+                    return 0
+                return conn.execute("DELETE FROM repo_oids WHERE file = %s AND oid = %s", (file_hex, wrong)).rowcount
+
+        return self._run(work)
+
     def revoke_token(self, token_id: str, now: int) -> None:
         self._run(lambda conn: conn.execute("INSERT INTO revoked_tokens VALUES (%s, %s) ON CONFLICT DO NOTHING", (token_id, now)))
 

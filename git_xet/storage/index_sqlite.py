@@ -285,6 +285,12 @@ class SqliteIndex:
 
     # ------------------------------------------------------------------ tokens, stats
 
+    def correct_sha256(self, file_hex: str, wrong: str, right: str) -> int:
+        with self._db() as db:
+            if not db.execute("UPDATE files SET sha256 = ? WHERE hash = ? AND sha256 = ?", (right, file_hex, wrong)).rowcount:
+                return 0
+            return db.execute("DELETE FROM repo_oids WHERE file = ? AND oid = ?", (file_hex, wrong)).rowcount
+
     def revoke_token(self, token_id: str, now: int) -> None:
         with self._db() as db:
             db.execute("INSERT OR IGNORE INTO revoked_tokens VALUES (?, ?)", (token_id, now))

@@ -135,6 +135,7 @@ operations = st.lists(
         st.tuples(st.just("revoke"), st.sampled_from(["t1", "t2"]), st.integers(0, 2**40)),
         st.tuples(st.just("collect_unreferenced"), st.sampled_from(XORBS).map(_hex)),
         st.tuples(st.just("collect_unindexed"), st.sampled_from(XORBS).map(_hex)),
+        st.tuples(st.just("correct"), st.sampled_from(FILES), st.sampled_from(OIDS), st.sampled_from(OIDS)),
     ),
     max_size=14,
 )
@@ -192,6 +193,16 @@ class Model:
         self.dedup = {(c, x) for c, x in self.dedup if x != xorb}
         return True
 
+    def correct_sha256(self, file_hex: str, wrong: str, right: str) -> int:
+        entry = self.files.get(file_hex)
+        if entry is None or entry[1] != wrong:
+            return 0
+        entry[1] = right
+        unmapped = [key for key, mapped in self.repo_oids.items() if key[1] == wrong and mapped == file_hex]
+        for key in unmapped:
+            del self.repo_oids[key]
+        return len(unmapped)
+
     def stats(self) -> dict[str, int]:
         counts = (self.xorbs, self.files, self.xorb_refs, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked)
         return dict(zip(TABLES, map(len, counts)))
@@ -248,6 +259,8 @@ def test_index_follows_the_contract(make_index) -> None:
                 unindexed = xorb_hex not in model.xorbs
                 assert index.remove_xorb_if_unindexed(xorb_hex, functools.partial(removed.append, xorb_hex)) == unindexed
                 assert removed == ([xorb_hex] if unindexed else [])
+            elif op[0] == "correct":
+                assert index.correct_sha256(*op[1:]) == model.correct_sha256(*op[1:])
             else:
                 index.revoke_token(op[1], op[2])
                 model.revoked.setdefault(op[1], op[2])

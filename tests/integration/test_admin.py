@@ -18,6 +18,8 @@ import pytest
 from git_xet.core import hashes, shard
 from git_xet.storage import cas_store
 from git_xet.storage.cas_store import CasStore
+from git_xet.storage.errors import Rejected
+from git_xet.storage.index_base import FileRegistration, ShardRegistration
 from git_xet.storage.index_postgres import PostgresIndex
 from git_xet.storage.objects import DirectoryObjectStore
 from git_xet.storage.packed_objects import FILE_NAME as PACKED_FILE
@@ -76,7 +78,7 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]], monkeypatch: pytest
 
     clean = run_git_xet("fsck", *flags)
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "3 xorbs and 3 shards checked, 0 problems, 0 orphaned objects, 0 unused xorbs" in clean.stdout
+    assert "3 xorbs, 3 shards and 3 files' sha256 checked, 0 problems, 0 orphaned objects, 0 unused xorbs" in clean.stdout
 
     # Orphans: a xorb object never indexed, a shard file never registered; one old, one new each.
     orphans = {}
@@ -131,7 +133,7 @@ def test_fsck_and_gc(store_args: tuple[CasStore, list[str]], monkeypatch: pytest
     broken = run_git_xet("fsck", *flags)
     assert broken.returncode == 1
     errors = sorted(line for line in broken.stdout.splitlines() if line.startswith("error: "))
-    assert len(errors) == 3, broken.stdout
+    assert len(errors) == 3, broken.stdout  # the files of those xorbs are not rehashed: those are the problems
     assert any(kept[0] in e and "damaged" in e for e in errors)
     assert any(kept[1] in e and "missing" in e for e in errors)
     assert any(shard_keys[0].split("/")[1].removesuffix(".mdb") in e and "missing" in e for e in errors)
@@ -198,4 +200,48 @@ def test_copy_index_moves_a_sqlite_store_onto_postgres(tmp_path: Path, postgres:
     assert moved.revoked_token_ids() == {"tok1"}
     moved.close()
     checked = run_git_xet("fsck", "--data", str(data), "--index", url)
-    assert checked.returncode == 0 and "3 xorbs and 3 shards checked, 0 problems" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "3 xorbs, 3 shards and 3 files' sha256 checked, 0 problems" in checked.stdout, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("size", [1, 300_000, 5_000_000])
+def test_fsck_finds_a_wrong_recorded_sha256_and_repair_lets_honest_pushes_register(store_args: tuple[CasStore, list[str]], size: int) -> None:
+    """A wrong sha256 planted through the index (as the issue 42 §1 race recorded one, first
+    writer wins, with the wrong oid mapped in the attacker's repo): honest registrations of the
+    file are refused; fsck reports it (exit 1), --repair replaces it by the computed one and
+    removes the wrong mapping; the honest registration then succeeds and fsck is clean."""
+    store, flags = store_args
+    data = random_bytes(size, size)
+    built, digest = single_xorb(data)
+    store.put_xorb(hashes.hash_to_hex(built.xorb_hash), built.body)
+    file_hex, right = hashes.hash_to_hex(digest.file_hash), hashlib.sha256(data).hexdigest()
+    wrong = hashlib.sha256(b"junk" + data).hexdigest()
+    term = shard.FileTerm(built.xorb_hash, len(data), 0, len(built.chunk_hashes))
+    verification = (hashes.verification_hash(built.chunk_hashes),)
+
+    def shard_body(claim: str) -> bytes:
+        return shard.serialize_shard(shard.Shard((shard.FileInfo(digest.file_hash, (term,), verification, bytes.fromhex(claim)),)), with_footer=False)
+
+    poisoned, honest = shard_body(wrong), shard_body(right)
+    planted = FileRegistration(file_hex, len(data), (term,), wrong, wrong)
+    shard_id = hashes.hash_to_hex(hashes.keyed_hash(bytes(32), poisoned))
+    assert store.index.register_shard(ShardRegistration(shard_id, len(poisoned), "mallory/evil", (planted,), body=poisoned))
+    with pytest.raises(Rejected, match="does not match its content"):
+        store.register_shard(honest, "alice/model", verify_sha256=True)
+
+    found = run_git_xet("fsck", *flags)
+    assert found.returncode == 1
+    assert f"file {file_hex}: recorded sha256 {wrong} is not that of its bytes ({right})" in found.stdout
+    assert store.get_file(file_hex).sha256_hex == wrong  # type: ignore[union-attr] - fsck alone changes nothing
+
+    repaired = run_git_xet("fsck", "--repair", *flags)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert f"repaired: file {file_hex}: sha256 {wrong} -> {right}" in repaired.stdout
+    assert "1 oid mappings of them removed" in repaired.stdout
+    assert store.get_file(file_hex).sha256_hex == right  # type: ignore[union-attr]
+    assert store.file_by_sha256(wrong, "mallory/evil") is None
+
+    assert store.register_shard(honest, "alice/model", verify_sha256=True)
+    mapped = store.file_by_sha256(right, "alice/model")
+    assert mapped is not None and mapped.file_hex == file_hex
+    clean = run_git_xet("fsck", *flags)
+    assert clean.returncode == 0 and "0 problems" in clean.stdout, clean.stdout

@@ -128,7 +128,7 @@ def test_git_push_and_fresh_clone_through_tls_two_replicas_s3_and_postgres(tmp_p
         store.close()
     fsck = _fsck(d)
     assert fsck.returncode == 0, fsck.stdout + fsck.stderr
-    assert f"{len(xorbs_in_bucket)} xorbs and " in fsck.stdout and "0 problems, 0 orphaned objects" in fsck.stdout, fsck.stdout
+    assert f"{len(xorbs_in_bucket)} xorbs, " in fsck.stdout and "0 problems, 0 orphaned objects" in fsck.stdout, fsck.stdout
 
     # A fresh clone (another HOME, no cache) downloads through presigned ranged GETs on the bucket.
     cloner = _client(tmp_path / "cloner", d)
