@@ -432,9 +432,19 @@ class S3ObjectStore:
 
     def size(self, key: str) -> int | None:
         """The object's length in bytes, or None when it does not exist (one HEAD)."""
+        head = self._head(key)
+        return None if head is None else int(head["ContentLength"])
+
+    def modified(self, key: str) -> float | None:
+        """The object's last-modified time, or None when it does not exist (one HEAD)."""
+        head = self._head(key)
+        return None if head is None else float(head["LastModified"].timestamp())
+
+    def _head(self, key: str) -> dict[str, Any] | None:
+        """The object's HEAD response, or None when it does not exist."""
         full = self.location.key(key)
         try:
-            return int(self.client.head_object(Bucket=self.bucket, Key=full)["ContentLength"])
+            return dict(self.client.head_object(Bucket=self.bucket, Key=full))
         except self._ClientError as exc:
             status, code = self._status(exc)
             if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
