@@ -49,6 +49,14 @@ class S3Error(Unavailable):
         self.code = code
 
 
+class ObjectTooLarge(ValueError):
+    """An object is longer than its kind of object can be (read_bounded); `size` is its length."""
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
 class S3Location(NamedTuple):
     """`s3://BUCKET[/PREFIX]`: a bucket and a key prefix (no leading/trailing slash)."""
 
@@ -325,6 +333,18 @@ class S3ObjectStore:
     def read(self, key: str) -> bytes:
         with self._reading(key) as full:
             return self.client.get_object(Bucket=self.bucket, Key=full)["Body"].read()
+
+    def read_bounded(self, key: str, limit: int) -> bytes:
+        """The whole object, if it is at most `limit` bytes; else ObjectTooLarge, having read
+        none of it (the length is checked before the body is read: what someone else wrote to
+        a shared bucket cannot make a reader allocate more than `limit`)."""
+        with self._reading(key) as full:
+            response = self.client.get_object(Bucket=self.bucket, Key=full)
+            length = int(response["ContentLength"])
+            if length <= limit:
+                return response["Body"].read()
+            response["Body"].close()
+        raise ObjectTooLarge(f"{self.location}/{key} is {length} bytes, more than the {limit} it can be", length)
 
     def read_into(self, key: str, buffer: Any, progress: Callable[[int], None] | None = None) -> int:
         """Read the whole object into the start of `buffer` (a writable buffer at least as
