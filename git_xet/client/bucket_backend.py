@@ -16,6 +16,13 @@ first wins. A push writes xorbs, then its shard, then the files/ and lfs/ entrie
 it, then dedup/ entries: a reader never finds a name whose target is missing or half-written
 (S3 PUTs are atomic), whenever a pusher dies.
 
+Anyone who can write the bucket can put anything under any key, so nothing read from it is
+trusted: an existing xorb counts as stored only if its bytes verify against its hash, a dedup
+match is used only once the stored xorb's footer lists those chunks, a shard's file terms are
+checked against the stored footers before its names are written, and a key that does not hold
+what its name says is replaced (`put`) with the verified content. Every read is bounded by what
+its kind of object can be, checked before the body is read.
+
 A xorb stored by another machine may be encoded differently from ours (compression is a
 choice), so downloads plan from the stored xorb's own footer, read with one ranged GET and
 checked against the xorb hash, never from a shard's description. Dedup only needs chunk
