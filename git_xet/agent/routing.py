@@ -183,6 +183,10 @@ class StoreRouter:
         backend = self._standalone_backend(target)
         if target.kind == "http" and req.operation == "upload" and req.size < ASK_BEFORE_UPLOAD_FROM:
             return backend, lambda oid: None
+        if target.kind == "s3" and req.operation == "upload":
+            # Anyone who can write the bucket can write lfs/<oid>: an upload always goes through
+            # dedup (stored chunks cost a lookup, not a transfer) and writes the names it checked.
+            return backend, lambda oid: None
         found, size = backend, req.size
         return backend, lambda oid: found.file_for_sha256(oid, size)
 

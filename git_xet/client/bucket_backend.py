@@ -16,6 +16,13 @@ first wins. A push writes xorbs, then its shard, then the files/ and lfs/ entrie
 it, then dedup/ entries: a reader never finds a name whose target is missing or half-written
 (S3 PUTs are atomic), whenever a pusher dies.
 
+Anyone who can write the bucket can put anything under any key, so nothing read from it is
+trusted: an existing xorb counts as stored only if its bytes verify against its hash, a dedup
+match is used only once the stored xorb's footer lists those chunks, a shard's file terms are
+checked against the stored footers before its names are written, and a key that does not hold
+what its name says is replaced (`put`) with the verified content. Every read is bounded by what
+its kind of object can be, checked before the body is read.
+
 A xorb stored by another machine may be encoded differently from ours (compression is a
 choice), so downloads plan from the stored xorb's own footer, read with one ranged GET and
 checked against the xorb hash, never from a shard's description. Dedup only needs chunk
@@ -24,6 +31,7 @@ hashes and indices, which do not depend on the encoding.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import struct
@@ -33,15 +41,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..core import hashes
+from ..core.constants import MAX_XORB_CHUNKS
 from ..core.errors import FormatError
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, contiguous
-from ..core.shard import FileInfo, Shard, parse_shard
-from ..core.xorb import XorbFooter, XorbLayout, verify_xorb
+from ..core.shard import CasInfo, FileInfo, Shard, parse_shard
+from ..core.xorb import MAX_XORB_BODY_BYTES, XorbFooter, XorbLayout, verify_xorb
 from ..fsutil import atomic_write
 from ..storage.cas_store import CasStore
 from ..storage.planning import plan_reconstruction
-from ..storage.s3 import S3Error, S3ObjectStore
+from ..storage.s3 import ObjectTooLarge, S3Error, S3ObjectStore
 from .backend import UploadStream, upload_in_order
 from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, RejectedError, StoreDamagedError, TransferError, from_storage_error
 
@@ -50,6 +59,12 @@ log = logging.getLogger("git_xet.bucket")
 MARKER = "git-xet-store.json"
 MARKER_CONTENT = {"format": "git-xet bucket store", "version": 1, "layout": "xorbs/ shards/ files/ lfs/ dedup/"}
 FOOTER_GUESS = 256 * 1024  # one suffix GET holds the footer of a xorb of up to ~5000 chunks
+# The most a reader allocates for each kind of object: anyone who can write the bucket can
+# store anything under any key, so a length is checked against what the format allows first.
+MAX_NAME_BYTES = 1024  # lfs/, files/, dedup/ values: one 64-hex hash
+MAX_SHARD_BYTES = 64 * 1024 * 1024  # as a server takes (server/app.py MAX_SHARD_BODY)
+MAX_FOOTER_BYTES = 1024 + 48 * MAX_XORB_CHUNKS  # 40 bytes per chunk, plus headers
+MAX_STORED_XORB_BYTES = MAX_XORB_BODY_BYTES + MAX_FOOTER_BYTES
 T = TypeVar("T")
 
 
@@ -138,15 +153,40 @@ class BucketBackend:
 
     # An UploadStream is ignored: a bucket takes a shard's sha256 claim as given (nothing to hash).
     def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
+        """Store the xorb unless the bucket holds it already: an object under its key counts only
+        once its bytes verify against the xorb hash (read back, bounded by the format's size).
+        An object that does not is replaced: the key is content-addressed, so the verified
+        bytes are the only ones that belong there."""
         self.check()
         key = CasStore.xorb_key(xorb_hex)
-        if self._call(self.objects.exists, key):
+        if self._stored_xorb_verifies(xorb_hex):
             return False
         try:
             verified = verify_xorb(contiguous(body), hashes.hex_to_hash(xorb_hex))
         except FormatError as exc:
             raise RejectedError(f"refusing to store xorb {xorb_hex[:12]}…: {exc}") from None
-        return self._call(self.objects.put_new, key, verified.body, verified.footer().serialize())
+        if self._call(self.objects.put_new, key, verified.body, verified.footer().serialize()):
+            return True
+        if self._stored_xorb_verifies(xorb_hex):  # a racing writer stored it first
+            return False
+        log.warning("%s/%s does not hold the xorb its name says (someone else wrote it): replacing it", self.objects.location, key)
+        self._call(self.objects.put, key, verified.body, verified.footer().serialize())
+        with self._lock:
+            self._layouts.pop(xorb_hex, None)
+        return True
+
+    def _stored_xorb_verifies(self, xorb_hex: str) -> bool:
+        """Whether the bucket holds this xorb: an object under its key that verifies against its hash."""
+        key = CasStore.xorb_key(xorb_hex)
+        try:
+            stored = self._call(self.objects.read_bounded, key, MAX_STORED_XORB_BYTES)
+        except (FileNotFoundError, ObjectTooLarge):
+            return False
+        try:
+            verify_xorb(stored, hashes.hex_to_hash(xorb_hex))
+        except FormatError:
+            return False
+        return True
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
         return upload_in_order(self, xorbs, shard, stream_id)
@@ -163,25 +203,97 @@ class BucketBackend:
         for xorb in named:
             if not self._call(self.objects.exists, CasStore.xorb_key(hashes.hash_to_hex(xorb))):
                 raise MissingXorbsError(f"shard references xorb {hashes.hash_to_hex(xorb)[:12]}…, which is not in {self.objects.location}")
+        for info in shard.files:
+            if not self._terms_hold(info):
+                raise MissingXorbsError(
+                    f"file {hashes.hash_to_hex(info.file_hash)} references chunks that the stored xorbs in {self.objects.location} do not hold"
+                )
         shard_id = _shard_id(body)
         created = self._call(self.objects.put_new, f"shards/{shard_id}.mdb", body)
         self._remember_shard(shard_id, body, shard)
         for info in shard.files:
             file_hex = hashes.hash_to_hex(info.file_hash)
-            self._call(self.objects.put_new, f"files/{file_hex}", shard_id.encode())
+            self._name(f"files/{file_hex}", shard_id, functools.partial(self._describes, file_hex=file_hex))
             if info.sha256 is not None:
-                self._call(self.objects.put_new, f"lfs/{info.sha256.hex()}", file_hex.encode())
+                self._name(f"lfs/{info.sha256.hex()}", file_hex, lambda _existing: False)
         for chunk in _key_chunks(shard):
-            self._call(self.objects.put_new, f"dedup/{hashes.hash_to_hex(chunk)}", shard_id.encode())
+            self._call(self.objects.put_new, f"dedup/{hashes.hash_to_hex(chunk)}", shard_id.encode())  # checked when used: query_dedup
         return created
+
+    def _name(self, key: str, value: str, also_right: Callable[[str], bool]) -> None:
+        """Point `key` at `value`, unless it names `value` already or what it names is right too
+        (`also_right`). A name someone else wrote that points elsewhere is replaced: a file's
+        sha256 determines its XET hash, so any other lfs/ value is a lie."""
+        if self._call(self.objects.put_new, key, value.encode()):
+            return
+        existing = self._read_name(key)
+        if existing == value or (existing is not None and also_right(existing)):
+            return
+        log.warning("%s/%s named something else (someone else wrote it): replacing it", self.objects.location, key)
+        self._call(self.objects.put, key, value.encode())
+
+    def _read_name(self, key: str) -> str | None:
+        """The hash a name entry (lfs/, files/, dedup/) holds, or None: absent, too long or not a hash."""
+        try:
+            value = self._call(self.objects.read_bounded, key, MAX_NAME_BYTES).decode(errors="replace").strip()
+        except (FileNotFoundError, ObjectTooLarge):
+            return None
+        return value if hashes.is_hash_hex(value) else None
+
+    def _describes(self, shard_id: str, file_hex: str) -> bool:
+        """Whether the stored shard `shard_id` describes this file with chunks its xorbs hold."""
+        try:
+            shard = self._shard(shard_id)
+        except StoreDamagedError:
+            return False
+        wanted = hashes.hex_to_hash(file_hex)
+        return any(info.file_hash == wanted and self._terms_hold(info) for info in shard.files)
+
+    def _terms_hold(self, info: FileInfo) -> bool:
+        """Whether every term's chunk range is in its stored xorb (footer read back and checked
+        against the xorb hash) and hashes to the term's verification hash, and the chunks make
+        up the file hash: the layout a reader will rely on."""
+        chunks: list[bytes] = []
+        sizes: list[int] = []
+        for i, term in enumerate(info.terms):
+            try:
+                layout = self._layout(hashes.hash_to_hex(term.xorb_hash))
+            except StoreDamagedError:
+                return False
+            if not term.chunk_start < term.chunk_end <= len(layout.chunk_hashes):
+                return False
+            chunk_range = layout.chunk_hashes[term.chunk_start : term.chunk_end]
+            if info.verification and (i >= len(info.verification) or hashes.verification_hash(chunk_range) != info.verification[i]):
+                return False
+            chunks.extend(chunk_range)
+            sizes.extend(layout.chunk_sizes[term.chunk_start : term.chunk_end])
+        return hashes.file_hash(chunks, sizes) == info.file_hash
 
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         try:
-            shard_id = self._call(self.objects.read, f"dedup/{hashes.hash_to_hex(chunk_hash)}").decode().strip()
-        except FileNotFoundError:
+            shard_id = self._call(self.objects.read_bounded, f"dedup/{hashes.hash_to_hex(chunk_hash)}", MAX_NAME_BYTES).decode(errors="replace")
+        except (FileNotFoundError, ObjectTooLarge):
             return None
-        shard = self._shard(shard_id)
-        return Shard(cas=shard.cas) if shard.cas else None
+        try:
+            shard = self._shard(shard_id.strip())
+        except StoreDamagedError as exc:
+            log.warning("ignoring a dedup entry: %s", exc)
+            return None
+        held = tuple(block for block in shard.cas if self._holds(block))
+        return Shard(cas=held) if held else None
+
+    def _holds(self, block: CasInfo) -> bool:
+        """Whether the stored xorb holds the chunks a shard's CAS block says (its footer read back
+        and checked against its hash): what a dedup match from a shard someone else wrote relies on."""
+        xorb_hex = hashes.hash_to_hex(block.xorb_hash)
+        try:
+            layout = self._layout(xorb_hex)
+        except StoreDamagedError:
+            return False
+        if [c.chunk_hash for c in block.chunks] != list(layout.chunk_hashes):
+            log.warning("ignoring a dedup shard in %s: its chunks of xorb %s are not the stored xorb's", self.objects.location, xorb_hex)
+            return False
+        return True
 
     # ------------------------------------------------------------------ downloads
 
@@ -189,16 +301,18 @@ class BucketBackend:
         """The XET file hash of the LFS object `oid`, or None when the bucket does not hold it."""
         self.check()
         try:
-            value = self._call(self.objects.read, f"lfs/{oid.lower()}").decode().strip()
-        except FileNotFoundError:
+            value = self._call(self.objects.read_bounded, f"lfs/{oid.lower()}", MAX_NAME_BYTES).decode(errors="replace").strip()
+        except (FileNotFoundError, ObjectTooLarge):
             return None
         return value if hashes.is_hash_hex(value) else None
 
     def _file(self, file_hex: str) -> FileInfo:
         try:
-            shard_id = self._call(self.objects.read, f"files/{file_hex.lower()}").decode().strip()
+            shard_id = self._call(self.objects.read_bounded, f"files/{file_hex.lower()}", MAX_NAME_BYTES).decode(errors="replace").strip()
         except FileNotFoundError:
             raise NotFoundError(f"file {file_hex} is not in {self.objects.location}") from None
+        except ObjectTooLarge:
+            raise StoreDamagedError(f"{self.objects.location} is damaged: files/{file_hex} is not a shard id") from None
         wanted = hashes.hex_to_hash(file_hex)
         for info in self._shard(shard_id).files:
             if info.file_hash == wanted:
@@ -255,9 +369,11 @@ class BucketBackend:
             body = cached.read_bytes()
         if body is None or _shard_id(body) != shard_id:
             try:
-                body = self._call(self.objects.read, f"shards/{shard_id}.mdb")
+                body = self._call(self.objects.read_bounded, f"shards/{shard_id}.mdb", MAX_SHARD_BYTES)
             except FileNotFoundError:
                 raise StoreDamagedError(f"{self.objects.location} is damaged: shard {shard_id} is missing") from None
+            except ObjectTooLarge:
+                raise StoreDamagedError(f"{self.objects.location} is damaged: shard {shard_id} is larger than a shard can be") from None
             if _shard_id(body) != shard_id:
                 raise StoreDamagedError(f"{self.objects.location} is damaged: shard {shard_id} does not match its name")
         try:
@@ -282,7 +398,7 @@ class BucketBackend:
         if len(tail) < 4:
             raise StoreDamagedError(damaged)
         (info_len,) = struct.unpack_from("<I", tail, len(tail) - 4)
-        if info_len + 4 > size:
+        if info_len + 4 > min(size, MAX_FOOTER_BYTES):
             raise StoreDamagedError(damaged)
         if info_len + 4 > len(tail):
             tail = self._call(self.objects.read_range, key, size - info_len - 4, size - 1)

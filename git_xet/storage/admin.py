@@ -153,10 +153,8 @@ def fsck(store: CasStore, progress: Callable[[str], None] | None = None, repair:
     stored is not listed: a committed grant leaves one, empty, so that its URL cannot stage
     bytes again (server/grants.py); the servers' collector and gc remove it."""
     report = FsckReport()
-    indexed: set[str] = set()
     bad_xorbs: set[str] = set()
     for xorb_hex, _size in store.index.iter_xorbs():
-        indexed.add(xorb_hex)
         report.xorbs += 1
         problem = _check_xorb(store, xorb_hex)
         if problem:
@@ -165,6 +163,7 @@ def fsck(store: CasStore, progress: Callable[[str], None] | None = None, repair:
         if progress is not None and report.xorbs % 1000 == 0:
             progress(f"{report.xorbs} xorbs checked")
     shard_ids = store.index.shard_ids()
+    listing = _listing(store)  # (the index read again after it: see _listing)
     for shard_id in sorted(shard_ids):
         report.shards += 1
         problem = _check_shard(store, shard_id)
@@ -173,67 +172,99 @@ def fsck(store: CasStore, progress: Callable[[str], None] | None = None, repair:
     _check_sha256s(store, report, bad_xorbs, progress)
     if repair:
         repair_sha256s(store, report)
-    for key, _mtime in _orphans(store, indexed, shard_ids):
-        if not (_staged(key) and key.split("/")[1] in indexed):  # a committed grant's marker: see below
+    indexed = {x for x, _ in store.index.iter_xorbs()}
+    for key, _mtime in _orphans(listing, indexed, store.index.shard_ids()):
+        if not (_staged(key) and key.split("/")[1] in indexed):  # a committed grant's marker: see the docstring
             report.orphans.append(key)
     report.unused = list(store.index.unreferenced_xorbs())
     return report
 
 
-def _orphans(store: CasStore, xorbs: set[str] | None = None, shards: frozenset[str] | None = None) -> Iterator[tuple[str, float]]:
-    """(key, mtime) of objects the index does not name (by the index as read before listing)."""
-    if xorbs is None:
-        xorbs = {x for x, _ in store.index.iter_xorbs()}
-    if shards is None:
-        shards = store.index.shard_ids()
-    for key, mtime in store.objects.list("xorbs/"):
-        if _xorb_name(key) not in xorbs:
-            yield key, mtime
-    for key, mtime in store.objects.list("shards/"):
-        if _shard_id(key) not in shards:
-            yield key, mtime
-    yield from store.objects.list(STAGED_UPLOADS)  # nothing references a staged upload
+def _listing(store: CasStore) -> list[tuple[str, float]]:
+    """(key, mtime) of every object gc and fsck consider, listed BEFORE the index is read: an
+    object a push stores after this listing is not in it, and one it indexes after is named by
+    the index read next."""
+    return [entry for prefix in ("xorbs/", "shards/", STAGED_UPLOADS) for entry in store.objects.list(prefix)]
+
+
+def _orphans(listing: list[tuple[str, float]], xorbs: set[str], shards: frozenset[str]) -> Iterator[tuple[str, float]]:
+    """(key, mtime) of the listed objects the index (read after the listing) does not name."""
+    for key, mtime in listing:
+        if _xorb_name(key) is not None:
+            if _xorb_name(key) not in xorbs:
+                yield key, mtime
+        elif _shard_id(key) is not None:
+            if _shard_id(key) not in shards:
+                yield key, mtime
+        elif _staged(key):
+            yield key, mtime  # nothing references a staged upload
+
+
+class _WrittenRecently(Exception):
+    """Raised inside an index transaction to keep an object that is absent or was written since
+    the grace cutoff (rolling back the transaction's unindexing)."""
+
+
+def _remove_if_old(store: CasStore, key: str, cutoff: float, dry_run: bool) -> None:
+    """Delete `key` if its CURRENT last-modified time (read now, not the listing's) is before
+    `cutoff`; else raise _WrittenRecently. An unknown time keeps the object."""
+    mtime = store.objects.modified(key)
+    if mtime is None or not mtime <= cutoff:
+        raise _WrittenRecently(key)
+    if not dry_run:
+        store.objects.delete(key)
+
+
+def _removed(remove: Callable[[], object]) -> bool:
+    """Run one removal; False when it kept the object (written recently, or in use)."""
+    try:
+        return remove() is not False
+    except _WrittenRecently:
+        return False
 
 
 def collect_garbage(store: CasStore, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False, now: float | None = None) -> list[str]:
     """Remove orphans and unused xorbs last written more than `grace_seconds` ago; returns
     their keys.
 
-    A xorb is removed only atomically with the index's check that it is still unindexed (an
-    orphan) or still unused. A shard file is removed if its shard is still unregistered when
-    the xorbs are done (a shard registered in the moment between that check and the removal
-    loses only its audit copy: nothing is served from shard files). A staged grant upload is
-    removed outright: nothing references it, and a commit that comes after answers 404, on
-    which clients ask for a new grant. Files this store does not write are left alone."""
+    What a push may still reference is never removed: the objects are listed first and the index
+    read after, so an object indexed by a push under way is named; an object is removed only if
+    its own last-modified time, read again just before the removal, is older than the cutoff
+    (absent or unknown: kept). A xorb is removed only atomically with the index's check that it
+    is still unindexed (an orphan) or still unused. A shard file is removed if its shard is
+    still unregistered when the xorbs are done (a shard registered in the moment between that
+    check and the removal loses only its audit copy: nothing is served from shard files). A
+    staged grant upload is removed outright: nothing references it, and a commit that comes
+    after answers 404, on which clients ask for a new grant. Files this store does not write
+    are left alone."""
     cutoff = (time.time() if now is None else now) - grace_seconds
-    xorb_objects = dict(store.objects.list("xorbs/"))
-    candidates = [(key, mtime) for key, mtime in _orphans(store) if mtime <= cutoff and (_xorb_name(key) or _shard_id(key) or _staged(key))]
+    listing = [(key, mtime) for key, mtime in _listing(store) if mtime <= cutoff]
+    xorbs = {x for x, _ in store.index.iter_xorbs()}
+    unused = set(store.index.unreferenced_xorbs())
     removed: list[str] = []
+
+    def old(key: str) -> Callable[[], None]:
+        return functools.partial(_remove_if_old, store, key, cutoff, dry_run)
+
+    def xorb(key: str, guarded: Callable[[str, Callable[[], None]], bool]) -> Callable[[], object]:
+        """The xorb's removal inside the index's check (`guarded`); a dry run checks only the time."""
+        return old(key) if dry_run else functools.partial(guarded, _xorb_name(key) or key, old(key))
+
+    candidates = list(_orphans(listing, xorbs, store.index.shard_ids()))
     for key, _ in candidates:
-        if _staged(key):  # a commit still under way that loses it answers 404: the client asks a new grant
-            if not dry_run:
-                store.objects.delete(key)
+        if _staged(key) and _removed(old(key)):  # a commit still under way that loses it answers 404: the client asks a new grant
             removed.append(key)
     for key, _ in candidates:
-        xorb_hex = _xorb_name(key)
-        if xorb_hex is None:
-            continue
-        if dry_run or store.index.remove_xorb_if_unindexed(xorb_hex, functools.partial(store.objects.delete, key)):
+        if _xorb_name(key) is not None and _removed(xorb(key, store.index.remove_xorb_if_unindexed)):
             removed.append(key)
-    for xorb_hex in list(store.index.unreferenced_xorbs()):
-        key = store.xorb_key(xorb_hex)
-        if xorb_objects.get(key, 0.0) > cutoff:
-            continue  # written recently: its shard may be on its way
-        if dry_run or store.index.remove_xorb_if_unreferenced(xorb_hex, functools.partial(store.objects.delete, key)):
+    for key, _ in listing:
+        if _xorb_name(key) in unused and _removed(xorb(key, store.index.remove_xorb_if_unreferenced)):
             removed.append(key)
     registered = store.index.shard_ids()
     for key, _ in candidates:
         shard_id = _shard_id(key)
-        if shard_id is None or shard_id in registered:
-            continue
-        if not dry_run:
-            store.objects.delete(key)
-        removed.append(key)
+        if shard_id is not None and shard_id not in registered and _removed(old(key)):
+            removed.append(key)
     for key in removed:
         log.info("gc: %s %s", "would remove" if dry_run else "removed", key)
     return removed

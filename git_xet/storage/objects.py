@@ -57,6 +57,10 @@ class ObjectStore(Protocol):
         """(key, last-modified time) of every complete object whose key starts with `prefix`
         (for fsck and gc; never a writer's temp file)."""
 
+    def modified(self, key: str) -> float | None:
+        """The object's current last-modified time, or None when it is absent: what gc reads
+        again just before removing it (a listing is stale by then)."""
+
     def delete(self, key: str) -> None:
         """Remove an object (no error if it is absent)."""
 
@@ -173,6 +177,16 @@ class DirectoryObjectStore:
                 continue
             if path.is_file():
                 yield path.relative_to(self.root).as_posix(), value
+
+    def modified(self, key: str) -> float | None:
+        path = self._path(key)
+        stored_at = self.packed.stored_at(key)
+        if stored_at is not None:
+            return stored_at
+        try:
+            return path.stat().st_mtime
+        except FileNotFoundError:
+            return None
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)

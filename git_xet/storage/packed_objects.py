@@ -95,6 +95,12 @@ class PackedObjects:
         conn = self._reader()
         return conn is not None and conn.execute("SELECT 1 FROM objects WHERE key = ?", (key,)).fetchone() is not None
 
+    def stored_at(self, key: str) -> float | None:
+        """When the row was written, or None if `key` is absent."""
+        conn = self._reader()
+        row = None if conn is None else conn.execute("SELECT stored_at FROM objects WHERE key = ?", (key,)).fetchone()
+        return None if row is None else float(row[0])
+
     def list(self, prefix: str) -> Iterator[tuple[str, float]]:
         """(key, stored_at) of every object whose key starts with `prefix`, by key."""
         return self._under(prefix, "stored_at")

@@ -52,6 +52,14 @@ class S3Error(Unavailable):
         self.code = code
 
 
+class ObjectTooLarge(ValueError):
+    """An object is longer than its kind of object can be (read_bounded); `size` is its length."""
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
 class S3Location(NamedTuple):
     """`s3://BUCKET[/PREFIX]`: a bucket and a key prefix (no leading/trailing slash)."""
 
@@ -330,6 +338,18 @@ class S3ObjectStore:
         with self._reading(key) as full:
             return self.client.get_object(Bucket=self.bucket, Key=full)["Body"].read()
 
+    def read_bounded(self, key: str, limit: int) -> bytes:
+        """The whole object, if it is at most `limit` bytes; else ObjectTooLarge, having read
+        none of it (the length is checked before the body is read: what someone else wrote to
+        a shared bucket cannot make a reader allocate more than `limit`)."""
+        with self._reading(key) as full:
+            response = self.client.get_object(Bucket=self.bucket, Key=full)
+            length = int(response["ContentLength"])
+            if length <= limit:
+                return response["Body"].read()
+            response["Body"].close()
+        raise ObjectTooLarge(f"{self.location}/{key} is {length} bytes, more than the {limit} it can be", length)
+
     def read_into(self, key: str, buffer: Any, progress: Callable[[int], None] | None = None) -> int:
         """Read the whole object into the start of `buffer` (a writable buffer at least as
         long as the object), calling `progress(bytes so far)` every READ_STEP bytes, so that a
@@ -436,9 +456,19 @@ class S3ObjectStore:
 
     def size(self, key: str) -> int | None:
         """The object's length in bytes, or None when it does not exist (one HEAD)."""
+        head = self._head(key)
+        return None if head is None else int(head["ContentLength"])
+
+    def modified(self, key: str) -> float | None:
+        """The object's last-modified time, or None when it does not exist (one HEAD)."""
+        head = self._head(key)
+        return None if head is None else float(head["LastModified"].timestamp())
+
+    def _head(self, key: str) -> dict[str, Any] | None:
+        """The object's HEAD response, or None when it does not exist."""
         full = self.location.key(key)
         try:
-            return int(self.client.head_object(Bucket=self.bucket, Key=full)["ContentLength"])
+            return dict(self.client.head_object(Bucket=self.bucket, Key=full))
         except self._ClientError as exc:
             status, code = self._status(exc)
             if status == 404 or code in ("NoSuchKey", "NotFound", "404"):

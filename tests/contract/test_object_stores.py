@@ -49,6 +49,19 @@ def test_put_read_exists_and_missing(store: ObjectStore) -> None:
         store.read("xorbs/ab/missing")
 
 
+@pytest.mark.parametrize("size", [10, 200_000])  # a packed row and a file, in a directory store
+def test_modified_is_the_listed_time_and_none_when_absent(store: ObjectStore, size: int) -> None:
+    """What gc reads again before a removal: the same time the listing gives, None when absent."""
+    assert store.modified("xorbs/ab/k2") is None
+    before = time.time()
+    store.put("xorbs/ab/k2", random_bytes(size, 2))
+    (listed,) = [mtime for key, mtime in store.list("xorbs/") if key == "xorbs/ab/k2"]
+    modified = store.modified("xorbs/ab/k2")
+    assert modified == pytest.approx(listed, abs=1.0) and modified > before - 5  # S3 keeps whole seconds in listings
+    store.delete("xorbs/ab/k2")
+    assert store.modified("xorbs/ab/k2") is None
+
+
 def test_put_new_creates_once(store: ObjectStore) -> None:
     assert store.put_new("shards/x.mdb", b"first") is True
     assert store.put_new("shards/x.mdb", b"second") is False
