@@ -84,9 +84,19 @@ class PushSummary:
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / LOG_NAME
-        self.push = lfs_process_id() or str(os.getppid())  # without /proc: the parent's pid
         self.totals = PushTotals()
         self._registered = False
+        self._push: str | None = None
+
+    @property
+    def push(self) -> str:
+        """The id this push's agents share: their git-lfs process's. Asked once, by an agent that
+        uploads (without /proc that costs a `ps`); the parent's pid is a last resort only, since
+        each agent has its own `sh -c` parent: with it every agent reported a push of its own
+        (one summary line per agent, and `git xet stats` counting one agent's files)."""
+        if self._push is None:
+            self._push = lfs_process_id(may_spawn=True) or str(os.getppid())
+        return self._push
 
     def _append(self, record: dict) -> list[dict]:
         """Append under an exclusive lock; returns this push's records."""
