@@ -117,3 +117,45 @@ def test_plain_clone_push_pull_for_agent_and_stock_teammates(tmp_path: Path, lfs
                 g.git("checkout", "-q", rev, cwd=g.root / who)
                 assert (g.root / who / "model.bin").read_bytes() == bytes(data), (who, rev)
             assert "Git LFS fsck OK" in g.git("lfs", "fsck", cwd=g.root / who).stdout
+
+
+def test_install_writes_the_keys_newer_git_lfs_reads_and_doctor_checks_them(tmp_path: Path, lfs_path: str) -> None:
+    """git-lfs 3.7+ reads `lfs.customtransfer.xet.*` in lowercase only and uses an agent only for
+    the operations it is registered for: install writes exactly those keys, doctor flags others."""
+    g = make_git_env(tmp_path)
+    g.env["PATH"] = lfs_path + g.env["PATH"]
+    g.git_xet("install")
+    config = (g.root / "home" / ".gitconfig").read_text()
+    assert '[lfs "customtransfer.xet"]' in config and "direction = both" in config and "concurrent = true" in config
+    assert g.git_xet("doctor", check=False).returncode == 0
+    g.git("config", "--global", "lfs.customTransfer.xet.args", "transfer")  # a hand edit in another case
+    g.git("config", "--global", "lfs.customtransfer.xet.direction", "upload")
+    flagged = g.git_xet("doctor", check=False)
+    assert flagged.returncode == 1
+    assert "lfs.customTransfer.xet.args is not read by git-lfs 3.7" in flagged.stdout
+    assert "git-lfs uses the agent only to upload" in flagged.stdout
+    g.git("config", "--global", "--unset-all", "lfs.customTransfer.xet.args")
+    g.git("config", "--global", "--unset-all", "lfs.customtransfer.xet.direction")
+    g.git_xet("install")
+    assert g.git_xet("doctor", check=False).returncode == 0
+    g.git_xet("uninstall")
+    assert "customtransfer" not in (g.root / "home" / ".gitconfig").read_text()
+
+
+def test_prune_verifies_against_the_endpoint_for_stock_git_lfs(tmp_path: Path, lfs_path: str) -> None:
+    """With stock git-lfs, git-lfs asks the endpoint itself: an object pushed without its LFS
+    content is "missing on remote" and kept; once pushed (a basic PUT), prune verifies and deletes it."""
+    from tests.integration.test_prune_verify import _object_file, _on_a_terminal, _unpushed_then_replaced
+
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g = teammate(tmp_path / "bob", srv, lfs_path, agent=False)
+        g.git("config", "--global", "lfs.url", f"{srv.url}/{REPO}.git/info/lfs")
+        work, v1 = _unpushed_then_replaced(g, seed=46)
+        kept = _object_file(work, v1)
+        prune = _on_a_terminal(g, "git lfs prune --verify-remote", work)
+        assert prune.returncode != 0 and "missing on remote" in prune.stdout, prune.stdout
+        assert kept.exists()
+        g.git("lfs", "push", "--all", "origin", cwd=work)
+        assert count(srv, "PUT", "/info/lfs/basic/") >= 1
+        assert "verified with remote" in g.git("lfs", "prune", "--verify-remote", cwd=work).stdout
+        assert not kept.exists()
