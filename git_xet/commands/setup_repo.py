@@ -45,6 +45,13 @@ def _scoped_keys() -> list[str]:
     return keys
 
 
+def _overriding_keys() -> list[str]:
+    """LFS URLs set in git config (which git-lfs prefers to .lfsconfig), left by hand or by
+    another tool: reported, not removed (they may be meant)."""
+    listing = run_git("config", "--name-only", "--get-regexp", r"^(lfs\.url|remote\..*\.lfsurl)$").stdout
+    return sorted(set(listing.split()))
+
+
 def setup_repo(url: str) -> list[str]:
     """Write and stage `.lfsconfig` naming `url`'s LFS endpoint; move a scoped-mode clone off its
     scoped keys. Lines of what was done."""
@@ -66,6 +73,8 @@ def setup_repo(url: str) -> list[str]:
     if not staged.ok:
         raise GitError(f"cannot stage {LFS_CONFIG}: {staged.stderr.strip()}")
     done.append(f"{LFS_CONFIG}: lfs.url = {endpoint} (staged: commit and push it; then a plain `git clone` uses it)")
+    for key in _overriding_keys():
+        done.append(f"note: {key} in your git config overrides {LFS_CONFIG} in this clone; remove it (`git config --unset {key}`) to use the server")
     if run_git("config", "--get", f"lfs.customtransfer.{AGENT}.path").value() is None:
         done.append("the transfer agent is not registered here: transfers use `basic`; run `git xet install` for native XET")
     return done

@@ -8,14 +8,19 @@ Real git and git-lfs (the system's 3.3.0 and 3.6.1 from install/peers.sh), our s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import sys
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.support.datagen import random_bytes
+from tests.support.docs_blocks import run_block
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.objects import stored_objects
 from tests.support.server_process import RunningServer, running_server
@@ -159,3 +164,121 @@ def test_prune_verifies_against_the_endpoint_for_stock_git_lfs(tmp_path: Path, l
         assert count(srv, "PUT", "/info/lfs/basic/") >= 1
         assert "verified with remote" in g.git("lfs", "prune", "--verify-remote", cwd=work).stdout
         assert not kept.exists()
+
+
+# ---------------------------------------------------------------- docs/teams.md, word for word
+
+
+def _with_credentials(g: GitEnv, srv: RunningServer, token: str, cwd: Path) -> dict[str, str]:
+    """docs/teams.md's credential block, run for `g` (the token stored with `git credential approve`)."""
+    g.git("config", "--global", "--unset-all", "credential.helper", check=False)  # only what the page sets
+    env = dict(g.env, XET_TOKEN=token)
+    run_block("teams.md", "endpoint-credentials", {"https://xet.example.com": srv.url}, cwd=cwd, env=env)
+    return env
+
+
+def test_teams_page_plain_clone_by_an_agent_user_and_a_stock_teammate(tmp_path: Path) -> None:
+    bare = tmp_path / "models.git"
+    files = {"weights.bin": random_bytes(2_000_000, 47), "notes.bin": b"n" * 3000}
+    with running_server(tmp_path / "srv" / "data") as srv:
+        admin = teammate(tmp_path / "admin", srv, "", agent=True)
+        work = admin.lfs_work_tree(files, remote=bare)
+        env = _with_credentials(admin, srv, srv.token("write", repo=REPO), work)
+        run_block("teams.md", "endpoint-setup", {"https://xet.example.com": srv.url}, cwd=work, env=env)
+        assert count(srv, "POST", "/v1/xorbs") >= 1 and count(srv, "PUT", "/info/lfs/basic/") == 0  # the agent's push was XET
+
+        mate = teammate(tmp_path / "mate", srv, "", agent=False)
+        mate_env = _with_credentials(mate, srv, srv.token("read", repo=REPO), mate.root)
+        run_block("teams.md", "endpoint-clone", {"git@github.com:acme/models.git": str(bare)}, cwd=mate.root, env=mate_env)
+        for name, data in files.items():
+            assert (mate.root / "models" / name).read_bytes() == data
+        assert count(srv, "GET", "/xet-bridge-us/") == len(files)
+
+
+def _old_lfs_server(root: Path) -> tuple[str, ThreadingHTTPServer, threading.Thread]:
+    """bench/lfs_basic_server.py: a plain Git LFS server (basic transfers, objects as files)."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    import lfs_basic_server
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), lfs_basic_server.make_handler(root, verify_sha256=True))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{httpd.server_address[1]}", httpd, thread
+
+
+def test_teams_page_moves_a_repository_from_another_lfs_server(tmp_path: Path) -> None:
+    """Real history on a plain LFS server (three versions of a file, by stock git-lfs), then the
+    page's commands in an agent user's clone: every version arrives on our server, deduplicated
+    across versions, and the agent's next push dedups against what moved."""
+    bare = tmp_path / "models.git"
+    old_url, httpd, thread = _old_lfs_server(tmp_path / "old")
+    try:
+        with running_server(tmp_path / "srv" / "data") as srv:
+            author = teammate(tmp_path / "author", srv, "", agent=False)
+            versions = [random_bytes(6_000_000, 48)]
+            for i in (1, 2):
+                edited = bytearray(versions[-1])
+                edited[1_000_000 * (2 * i) : 1_000_000 * (2 * i) + 64] = bytes([i]) * 64
+                versions.append(bytes(edited))
+            work = author.lfs_work_tree({"model.bin": versions[0]}, remote=bare)
+            author.git("config", "--file", ".lfsconfig", "lfs.url", f"{old_url}/acme/models.git/info/lfs", cwd=work)
+            author.git("add", ".lfsconfig", cwd=work)
+            author.git("commit", "-qm", "the old LFS server", cwd=work)
+            for data in versions[1:]:
+                (work / "model.bin").write_bytes(data)
+                author.git("commit", "-qam", "next version", cwd=work)
+            author.git("push", "-q", "origin", "main", cwd=work)
+
+            mover = teammate(tmp_path / "mover", srv, "", agent=True)
+            mover.git("clone", "-q", str(bare), "models")
+            clone = mover.root / "models"
+            env = _with_credentials(mover, srv, srv.token("write", repo=REPO), clone)
+            run_block("teams.md", "endpoint-migrate", {"https://xet.example.com": srv.url}, cwd=clone, env=env)
+            moved = stored_bytes(srv)
+            assert moved < 1.2 * len(versions[0]), f"{moved} bytes stored for 3 versions of {len(versions[0])}"
+
+            httpd.shutdown()  # from here on, only our server has the objects
+            reader = teammate(tmp_path / "reader", srv, "", agent=False)
+            reader.git("clone", "-q", str(bare), "check")
+            check = reader.root / "check"
+            assert (check / "model.bin").read_bytes() == versions[-1]
+            reader.git("lfs", "fetch", "--all", "origin", cwd=check)
+            for data in versions:
+                oid = hashlib.sha256(data).hexdigest()
+                assert (check / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid).read_bytes() == data
+
+            v4 = bytearray(versions[-1])
+            v4[5_000_000:5_000_064] = b"4" * 64
+            (clone / "model.bin").write_bytes(bytes(v4))
+            mover.git("commit", "-qam", "v4", cwd=clone)
+            mover.git("push", "-q", "origin", "main", cwd=clone)
+            assert stored_bytes(srv) - moved < len(v4) // 10
+    finally:
+        httpd.shutdown()  # (a second call returns at once)
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_scoped_mode_clone_moves_with_one_command(tmp_path: Path) -> None:
+    """A clone set up the older way (`install --local --standalone URL --remote origin`, objects
+    pushed standalone with a token for REPO) runs `git xet setup-repo`: its scoped keys go, and a
+    stock teammate's plain clone gets the objects pushed before the move."""
+    bare = tmp_path / "models.git"
+    data = random_bytes(1_500_000, 49)
+    with running_server(tmp_path / "srv" / "data") as srv:
+        old = teammate(tmp_path / "old", srv, "", agent=True)
+        work = old.lfs_work_tree({"model.bin": data}, remote=bare)
+        old.git_xet("install", "--local", "--standalone", srv.url, "--remote", "origin", cwd=work)
+        old.git("config", "--global", "xet.token", srv.token("write", repo=REPO))
+        old.git("push", "-q", "origin", "main", cwd=work)
+        assert ".git-xet.invalid" in old.git("config", "--local", "--list", cwd=work).stdout
+
+        moved = old.git_xet("setup-repo", f"{srv.url}/{REPO}", cwd=work).stdout
+        assert "removed the scoped-mode key remote.origin.lfsurl" in moved
+        assert ".git-xet.invalid" not in old.git("config", "--local", "--list", cwd=work).stdout
+        old.git("commit", "-qm", "move to the LFS endpoint", cwd=work)
+        old.git("push", "-q", "origin", "main", cwd=work)
+
+        mate = teammate(tmp_path / "mate", srv, "", agent=False)
+        mate.git("clone", "-q", str(bare), "plain")
+        assert (mate.root / "plain" / "model.bin").read_bytes() == data
