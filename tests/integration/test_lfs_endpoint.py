@@ -20,9 +20,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.datagen import random_bytes
+from tests.support.deployment import running_deployment
 from tests.support.docs_blocks import run_block
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.objects import stored_objects
+from tests.support.postgres_process import Postgres
+from tests.support.seaweed import RunningS3
 from tests.support.server_process import RunningServer, running_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -282,3 +285,56 @@ def test_a_scoped_mode_clone_moves_with_one_command(tmp_path: Path) -> None:
         mate = teammate(tmp_path / "mate", srv, "", agent=False)
         mate.git("clone", "-q", str(bare), "plain")
         assert (mate.root / "plain" / "model.bin").read_bytes() == data
+
+
+# ---------------------------------------------------------------- replicas: PostgreSQL + S3
+
+
+def test_both_client_kinds_through_tls_two_replicas_s3_and_postgres(tmp_path: Path, seaweed: RunningS3, postgres: Postgres) -> None:
+    """The scale-out deployment (nginx TLS, two replicas, objects in S3, index in PostgreSQL):
+    a stock teammate's basic push is stored as XET in the bucket and registered in the shared
+    index, an agent user's plain clone reconstructs it natively, the agent's edit dedups against
+    it, and the stock teammate pulls the edit (and resumes a range) through the bridge."""
+    with running_deployment(tmp_path / "deployment", seaweed, postgres) as d:
+        bare = tmp_path / "models.git"
+        url = f"{d.nginx.url}/{REPO}.git/info/lfs"
+
+        def client(name: str, agent: bool) -> GitEnv:
+            g = make_git_env(tmp_path / name)
+            g.env.update(SSL_CERT_FILE=str(d.nginx.cert), GIT_SSL_CAINFO=str(d.nginx.cert))
+            g.git("lfs", "install", "--skip-repo")
+            if agent:
+                g.git_xet("install")
+            g.git("config", "--global", "http.sslCAInfo", str(d.nginx.cert))
+            g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={d.token('write', repo=REPO)}; }}; f")
+            return g
+
+        bob = client("bob", agent=False)
+        v1 = random_bytes(5_000_000, 50)
+        work = bob.lfs_work_tree({"model.bin": v1}, remote=bare)
+        bob.git("config", "--file", ".lfsconfig", "lfs.url", url, cwd=work)
+        bob.git("add", ".lfsconfig", cwd=work)
+        bob.git("commit", "-qm", "endpoint", cwd=work)
+        bob.git("push", "-q", "origin", "main", cwd=work)
+        assert f"PUT /{REPO}.git/info/lfs/basic/" in d.nginx.access_log()
+        store = d.store()
+        try:
+            assert store.file_by_sha256(hashlib.sha256(v1).hexdigest(), REPO) is not None
+        finally:
+            store.close()
+        in_bucket = sum(size for _, size, _ in d.objects().list_entries("xorbs/"))
+        assert in_bucket >= len(v1) * 0.95
+
+        alice = client("alice", agent=True)
+        alice.git("clone", "-q", str(bare), "a")
+        assert (alice.root / "a" / "model.bin").read_bytes() == v1
+        v2 = bytearray(v1)
+        v2[2_500_000:2_500_064] = b"a" * 64
+        (alice.root / "a" / "model.bin").write_bytes(bytes(v2))
+        alice.git("commit", "-qam", "alice", cwd=alice.root / "a")
+        alice.git("push", "-q", "origin", "main", cwd=alice.root / "a")
+        assert sum(size for _, size, _ in d.objects().list_entries("xorbs/")) - in_bucket < len(v2) // 10
+
+        bob.git("pull", "-q", cwd=work)
+        assert (work / "model.bin").read_bytes() == bytes(v2)
+        assert "/xet-bridge-us/" in d.nginx.access_log()
