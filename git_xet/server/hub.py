@@ -14,6 +14,10 @@ they use the Hub:
         Range asked for).
         `/git-xet.git/info/lfs` is the batch API of the repo the token names: standalone agents
         look oids up there without knowing a repo name.
+    PUT /{repo}.git/info/lfs/basic/{oid}
+        a basic upload: the whole object, stored as XET (basic_uploads.py).
+    GET /xet-bridge-us/{repo}/{file}?exp=&sig=
+        a basic download: the file, or the Range asked for (file_ranges.py).
     GET /api/{models|datasets|spaces}/{repo}/xet-{read|write}-token/{rev}
         {"casUrl", "exp", "accessToken"}, and the same as X-Xet-* headers.
 
