@@ -124,6 +124,18 @@ def test_bytes_that_are_not_the_object_are_refused_and_nothing_is_stored(server:
     assert list((server.data_dir / "lfs-uploads").iterdir()) == []  # the temp file is gone too
 
 
+def test_a_forged_body_larger_than_a_xorb_stores_no_xorb(server: RunningServer) -> None:
+    """Past 64 MiB the chunker sends full xorbs while it reads: the oid is checked before it
+    starts, so a forged large body leaves no orphaned xorb behind either."""
+    honest = random_bytes(70 << 20, 455)
+    oid = hashlib.sha256(honest).hexdigest()
+    forged = bytearray(honest)
+    forged[-1] ^= 0x80
+    before = state(server)
+    assert put_basic(server, bytes(forged), oid).status_code == 422
+    assert state(server) == before
+
+
 def test_a_token_for_another_repo_or_read_only_cannot_put(server: RunningServer) -> None:
     data = random_bytes(10_000, 453)
     oid = hashlib.sha256(data).hexdigest()
