@@ -7,6 +7,9 @@ with the object's size; an object whose bytes do not hash to its oid is refused 
 anything is stored. Then ingest.py chunks it into the store, deduplicated against everything
 stored, and registers it for the repo: only then can a batch or a download see it.
 
+A server killed mid-upload leaves its spool behind; the next server to start on the directory
+removes it (remove_abandoned_spools).
+
 Chunking holds up to two 64 MiB xorb buffers, so at most INGEST_TURNS objects are chunked at
 once, whatever the number of uploads in flight; receiving (network and disk only) is not
 limited beyond the server's connection limits.
@@ -15,7 +18,9 @@ limited beyond the server's connection limits.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
+import logging
 import tempfile
 from pathlib import Path
 from typing import IO
@@ -31,6 +36,8 @@ from .http_io import body_parts
 from .ingest import IngestError, ingest_file
 from .worker_threads import in_worker
 
+log = logging.getLogger(__name__)
+
 INGEST_TURNS = 2
 # The largest object a basic upload may carry (it is held on the server's disk while chunked).
 MAX_BASIC_OBJECT = 1 << 40
@@ -44,11 +51,29 @@ def upload_href(base: str, repo: str, oid: str) -> str:
     return f"{base}/{repo}.git/info/lfs/basic/{oid}"
 
 
+def remove_abandoned_spools(directory: Path) -> int:
+    """Delete the spools of uploads whose server died mid-upload (one could be as large as the
+    object); how many. A live upload holds a lock on its spool (see BasicUploads.put), so a
+    server starting beside others that share the directory removes only the dead ones."""
+    removed = 0
+    for path in directory.glob("basic-*.part") if directory.is_dir() else ():
+        try:
+            with open(path, "rb") as spool:
+                fcntl.flock(spool.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                path.unlink()
+                removed += 1
+        except (BlockingIOError, FileNotFoundError):  # in use, or removed by another server
+            continue
+    return removed
+
+
 class BasicUploads:
     def __init__(self, store: CasStore, idle_timeout: float) -> None:
         self.store = store
         self.idle_timeout = idle_timeout
         self._turns = asyncio.Semaphore(INGEST_TURNS)
+        if not store.read_only and (removed := remove_abandoned_spools(store.root / UPLOAD_DIR)):
+            log.info("removed %d basic-upload spools left by an interrupted server", removed)
 
     async def put(self, request: Request, claims: Claims) -> Response:
         """Store the PUT body as the object its path names, for the repo of `claims` (a write
@@ -61,6 +86,7 @@ class BasicUploads:
         directory = self.store.root / UPLOAD_DIR
         await in_worker(lambda: directory.mkdir(mode=0o700, exist_ok=True))
         with tempfile.NamedTemporaryFile(dir=directory, prefix="basic-", suffix=".part") as spool:
+            fcntl.flock(spool.fileno(), fcntl.LOCK_EX)  # ours while it exists: see remove_abandoned_spools
             try:
                 digest = await self._receive(request, spool)
             except RequestRefused as exc:

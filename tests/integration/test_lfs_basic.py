@@ -9,6 +9,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import h11
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -179,3 +180,54 @@ def test_a_huge_basic_upload_does_not_grow_server_memory_with_its_size(tmp_path:
         grown = _peak_rss_mib(srv.process.pid) - baseline
         assert batch(srv, "download", oid, size, srv.token("read", repo=REPO))["actions"]["download"]
     assert grown < 320, f"the server's peak RSS grew by {grown:.0f} MiB for a {size >> 20} MiB upload"
+
+
+def test_a_spool_left_by_a_killed_server_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    """kill -9 mid-upload leaves the spool (as large as what arrived); the next server on the
+    data directory removes it. A spool another live server holds is left alone."""
+    import fcntl
+    import os
+    import signal
+    import threading
+    import time
+
+    from git_xet.server.basic_uploads import UPLOAD_DIR, remove_abandoned_spools
+
+    data = tmp_path / "data"
+    release = threading.Event()
+
+    def stalled() -> Iterator[bytes]:
+        yield b"x" * (4 << 20)
+        release.wait(60)
+
+    with running_server(data, "--workers", "1") as srv:
+        action = batch(srv, "upload", "ab" * 32, 8 << 20, srv.token("write", repo=REPO))["actions"]["upload"]
+        errors: list[Exception] = []
+
+        def upload() -> None:
+            try:
+                httpx.put(action["href"], content=stalled(), headers={**action["header"], "Content-Length": str(8 << 20)}, timeout=60)
+            except (httpx.HTTPError, h11.LocalProtocolError) as exc:  # the server dies under it
+                errors.append(exc)
+
+        sender = threading.Thread(target=upload)
+        sender.start()
+        spools = data / UPLOAD_DIR
+        deadline = time.monotonic() + 30
+        while sum(p.stat().st_size for p in spools.glob("basic-*.part")) < 4 << 20:
+            assert time.monotonic() < deadline, "the upload never reached the spool"
+            time.sleep(0.05)
+        os.kill(srv.process.pid, signal.SIGKILL)
+        srv.process.wait(timeout=30)
+        release.set()
+        sender.join(timeout=60)
+    assert errors, "the upload to a killed server should have failed"
+    assert len(list(spools.glob("basic-*.part"))) == 1
+
+    live = spools / "basic-live.part"
+    live.write_bytes(b"y")
+    with open(live, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # as a live upload of another server holds it
+        with running_server(data, "--workers", "1"):
+            assert [p.name for p in spools.glob("basic-*.part")] == ["basic-live.part"]
+    assert remove_abandoned_spools(spools) == 1 and not list(spools.iterdir())
