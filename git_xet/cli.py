@@ -180,6 +180,12 @@ def _cmd_clone(args: argparse.Namespace) -> int:
     return _report_git_config("clone", lambda: clone(args.url, args.directory, args.store, args.origin))
 
 
+def _cmd_setup_repo(args: argparse.Namespace) -> int:
+    from .commands.setup_repo import setup_repo
+
+    return _report_git_config("setup-repo", lambda: setup_repo(args.url))
+
+
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from .commands.migrate import MigrationError, migrate
 
@@ -523,6 +529,10 @@ def build_parser() -> argparse.ArgumentParser:
     clone_cmd.add_argument("--store", help="the XET store (default: xet.endpoint from the repository's committed .xetconfig)")
     clone_cmd.add_argument("--origin", default="origin", help="name of the remote (default: origin)")
     clone_cmd.set_defaults(func=_cmd_clone)
+
+    setup_cmd = sub.add_parser("setup-repo", help="make a `git xet serve` this repository's LFS endpoint for everyone (writes .lfsconfig)")
+    setup_cmd.add_argument("url", metavar="URL", help="the repository on the server, e.g. https://xet.example.com/acme/models")
+    setup_cmd.set_defaults(func=_cmd_setup_repo)
 
     help_cmd = sub.add_parser("help", help="show help for git-xet or one of its commands")
     help_cmd.add_argument("topic", nargs="?", metavar="COMMAND")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..core.http_headers import bearer
 from ..gitcmd import run_git
+from .lfs_keys import PREFIX, direction_problem, miscased_keys
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ def checks() -> Iterator[Check]:
     else:
         args = _config("lfs.customtransfer.xet.args") or ""
         yield Check(_agent_runnable(agent, args), f"transfer agent: {agent} {args}".strip(), "run `git xet install` again")
+        direction = direction_problem()
+        if direction is not None:
+            yield Check(False, direction, f"run `git config --unset-all {PREFIX}direction`, then `git xet install`")
+    for key in miscased_keys():
+        yield Check(False, f"{key} is not read by git-lfs 3.7 and later (they read {PREFIX}* in lowercase only)", f"run `git config --unset-all {key}`, then `git xet install`")
 
     standalone = _config("lfs.standalonetransferagent")
     endpoint = os.environ.get("GIT_XET_ENDPOINT") or _config("xet.endpoint")

@@ -4,13 +4,20 @@ This is what lets git-lfs (and our agent in server-negotiated mode) use this ser
 they use the Hub:
 
     POST /{repo}.git/info/lfs/objects/batch
-        upload: transfer "xet"; each object the repo does not have gets an action whose header
-        carries X-Xet-Cas-Url / X-Xet-Access-Token / X-Xet-Token-Expiration / X-Xet-Session-Id
-        and whose href is the token refresh route. Objects the repo has get no action.
+        upload: with "xet" offered, transfer "xet"; each object the repo does not have gets an
+        action whose header carries X-Xet-Cas-Url / X-Xet-Access-Token / X-Xet-Token-Expiration
+        / X-Xet-Session-Id and whose href is the token refresh route. Otherwise (a stock
+        git-lfs) "basic": the href is a PUT route that stores the object as XET
+        (basic_uploads.py). Objects the repo has get no action.
         download: with "xet" offered, the action header also names the file (X-Xet-Hash);
-        otherwise a "basic" href to the bridge, which streams the reconstructed file.
+        otherwise a "basic" href to the bridge, which streams the reconstructed file (or the
+        Range asked for).
         `/git-xet.git/info/lfs` is the batch API of the repo the token names: standalone agents
         look oids up there without knowing a repo name.
+    PUT /{repo}.git/info/lfs/basic/{oid}
+        a basic upload: the whole object, stored as XET (basic_uploads.py).
+    GET /xet-bridge-us/{repo}/{file}?exp=&sig=
+        a basic download: the file, or the Range asked for (file_ranges.py).
     GET /api/{models|datasets|spaces}/{repo}/xet-{read|write}-token/{rev}
         {"casUrl", "exp", "accessToken"}, and the same as X-Xet-* headers.
 
@@ -37,7 +44,9 @@ from ..core import hashes
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
 from ..storage.cas_store import CasStore, StoredFile
 from .auth import KINDS, AuthError, Claims, Signer, presented_token
+from .basic_uploads import BasicUploads, upload_href
 from .errors import RequestRefused, error_response, lfs_error_response
+from .file_ranges import ranged_response
 from .worker_threads import in_worker
 
 REPO_KINDS = ("models", "datasets", "spaces")
@@ -115,6 +124,7 @@ class HubHost(Protocol):
 class HubEmulation:
     def __init__(self, cas: HubHost) -> None:
         self.cas = cas
+        self.basic_uploads = BasicUploads(cas.store, cas.config.idle_timeout)
 
     async def _user(self, request: Request, needed: str, repo: str | None) -> Claims:
         """The user token's claims, for `repo` (None: the standalone alias, the token's own)."""
@@ -142,8 +152,6 @@ class HubEmulation:
         needed = "write" if operation == "upload" else "read"
         if not claims.allows(needed):
             return lfs_error_response(403, f"token scope '{claims.scope}' does not allow {needed}")
-        if operation == "upload" and "xet" not in transfers:
-            return lfs_error_response(422, "this server stores LFS objects with XET only: install git-xet (`git xet install`)")
         transfer = "xet" if "xet" in transfers else "basic"
         repo = claims.repo
         base = self.cas.base_url(request)
@@ -162,8 +170,10 @@ class HubEmulation:
             if stored is not None and stored.size != size:
                 entry["error"] = {"code": 422, "message": f"object {oid} is stored with size {stored.size}, not {size}"}
             elif operation == "upload":
-                if stored is None:
+                if stored is None and transfer == "xet":
                     entry["actions"] = {"upload": self._xet_action(base, repo, "write", token, exp, session)}
+                elif stored is None:  # a stock git-lfs: the whole object, stored as XET here (basic_uploads.py)
+                    entry["actions"] = {"upload": {"href": upload_href(base, repo, oid), "header": {"Authorization": f"Bearer {token}"}, "expires_in": max(1, exp - int(time.time()))}}
             elif stored is None:
                 entry["error"] = {"code": 404, "message": "object not found"}
             elif transfer == "xet":
@@ -204,6 +214,18 @@ class HubEmulation:
         sig = self.cas.signer.sign_bridge(claims.repo, file_hex, exp, claims.id)
         return f"{base}/xet-bridge-us/{claims.repo}/{file_hex}?{urlencode({'exp': exp, 't': claims.id, 'sig': sig})}", exp
 
+    async def basic_upload(self, request: Request) -> Response:
+        """A `basic` upload's PUT: the token of the batch's action (or the user's, by a client
+        that sends its own credentials) must allow writing to the path's repo."""
+        path_repo = request.path_params["repo"].removesuffix(".git").strip("/")
+        try:
+            claims = await self.cas.authorize(request, "write", token=presented_token(request.headers.get("authorization", ""), basic=True) or "")
+            if claims.repo != path_repo:
+                raise AuthError(403, f"this token is for another repo than {path_repo}; mint one with `git xet token --repo {path_repo}`")
+        except RequestRefused as exc:
+            return lfs_error_response(exc.status, exc.message)
+        return await self.basic_uploads.put(request, claims)
+
     async def token_route(self, request: Request) -> Response:
         """Mint a CAS token from a user token of this repo (never from a CAS token)."""
         kind = request.path_params["kind"]
@@ -220,7 +242,8 @@ class HubEmulation:
         return self.cas.store.get_file(file_hex) if self.cas.store.repo_has_file(repo, file_hex) else None
 
     async def bridge(self, request: Request) -> Response:
-        """Serve a whole file by reconstructing it here: how plain `basic` git-lfs downloads."""
+        """Serve a file (or the byte range asked for: how git-lfs resumes) by reconstructing it
+        here: how plain `basic` git-lfs downloads."""
         repo, file_hex = request.path_params["repo"], request.path_params["file"].lower()
         if not hashes.is_hash_hex(file_hex):
             return error_response(RequestRefused(400, "invalid file hash"))
@@ -234,12 +257,14 @@ class HubEmulation:
         stored = await in_worker(self._bridge_file, repo, file_hex)
         if stored is None:
             return error_response(RequestRefused(404, "file not found"))
-        return self.cas.whole_file(stored)
+        whole = self.cas.whole_file(stored, {"Accept-Ranges": "bytes"})
+        return ranged_response(self.cas.store, stored, request.headers.get("range"), self.cas.config.idle_timeout, whole)
 
 
 def hub_routes(hub: HubEmulation) -> list[Route]:
     return [
         Route("/{repo:path}/info/lfs/objects/batch", hub.batch, methods=["POST"]),
+        Route("/{repo:path}/info/lfs/basic/{oid}", hub.basic_upload, methods=["PUT"]),
         Route("/api/{kind}/{repo:path}/xet-read-token/{rev}", hub.token_route),
         Route("/api/{kind}/{repo:path}/xet-write-token/{rev}", hub.token_route),
         Route("/xet-bridge-us/{repo:path}/{file}", hub.bridge),
