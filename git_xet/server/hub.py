@@ -36,7 +36,7 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
 from ..storage.cas_store import CasStore, StoredFile
-from .auth import KINDS, AuthError, Claims, Signer, presented_token
+from .auth import KINDS, Claims, Signer, presented_token
 from .errors import RequestRefused, error_response, lfs_error_response
 from .worker_threads import in_worker
 
@@ -101,7 +101,7 @@ class HubHost(Protocol):
     @property
     def config(self) -> HubSettings: ...
 
-    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS) -> Claims: ...
+    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS, repo: str | None = None) -> Claims: ...
 
     def read_body(self, request: Request, limit: int) -> Awaitable[bytes]: ...
 
@@ -114,12 +114,12 @@ class HubEmulation:
     def __init__(self, cas: HubHost) -> None:
         self.cas = cas
 
-    async def _user(self, request: Request, needed: str, repo: str | None) -> Claims:
-        """The user token's claims, for `repo` (None: the standalone alias, the token's own)."""
-        claims = await self.cas.authorize(request, needed, token=presented_token(request.headers.get("authorization", ""), basic=True) or "", kinds=("user",))
-        if repo is not None and claims.repo != repo:
-            raise AuthError(403, f"this token is for another repo than {repo}; mint one with `git xet token --repo {repo}`")
-        return claims
+    async def _user(self, request: Request, needed: str, repo: str | None) -> tuple[Claims, str]:
+        """The user token's claims and the repo it acts on: `repo` if the token covers it (None:
+        the standalone alias, the one repo the token names)."""
+        token = presented_token(request.headers.get("authorization", ""), basic=True) or ""
+        claims = await self.cas.authorize(request, needed, token=token, kinds=("user",), repo=repo)
+        return claims, claims.may(needed, repo)
 
     def _lookup(self, repo: str, oids: list[str]) -> dict:
         return {oid: self.cas.store.file_by_sha256(oid, repo) for oid in oids}
@@ -127,7 +127,7 @@ class HubEmulation:
     async def batch(self, request: Request) -> Response:
         path_repo = request.path_params["repo"].removesuffix(".git").strip("/")
         try:  # credentials from headers first: nothing of the body is read for a stranger
-            claims = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
+            claims, repo = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
             body = await self.cas.read_body(request, MAX_BATCH_BODY)
         except RequestRefused as exc:
             return lfs_error_response(exc.status, exc.message)
@@ -143,9 +143,8 @@ class HubEmulation:
         if operation == "upload" and "xet" not in transfers:
             return lfs_error_response(422, "this server stores LFS objects with XET only: install git-xet (`git xet install`)")
         transfer = "xet" if "xet" in transfers else "basic"
-        repo = claims.repo
         base = self.cas.base_url(request)
-        token, exp = self.cas.signer.mint_cas(claims, needed, self.cas.config.cas_token_ttl)
+        token, exp = self.cas.signer.mint_cas(claims, needed, self.cas.config.cas_token_ttl, repo=repo)
         session = str(uuid.uuid4())
         valid = [o["oid"].lower() for o in objects if self._valid(o)]
         stored_by_oid = await in_worker(self._lookup, repo, valid)
@@ -206,8 +205,8 @@ class HubEmulation:
         if kind not in REPO_KINDS:
             return error_response(RequestRefused(404, f"unknown repo type {kind!r}"))
         mode = "write" if request.url.path.split("/")[-2] == "xet-write-token" else "read"
-        claims = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
-        token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl)
+        claims, repo = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
+        token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl, repo=repo)
         base = self.cas.base_url(request)
         headers = {CAS_URL: base, ACCESS_TOKEN: token, TOKEN_EXPIRATION: str(exp), "Cache-Control": "no-store"}
         return JSONResponse({"casUrl": base, "exp": exp, "accessToken": token}, headers=headers)
