@@ -143,6 +143,8 @@ operations = st.lists(
             st.just("lock"),
             st.builds(LockRecord, st.sampled_from(LOCK_IDS), st.sampled_from(REPOS), st.sampled_from(LOCK_PATHS), st.sampled_from(OWNERS),
                       st.none() | st.sampled_from(["refs/heads/main", "refs/heads/dev"]), st.integers(0, 2**40)),
+            st.none() | st.sampled_from(OWNERS),  # a rival who then tries the same path
+            st.none() | st.sampled_from([*OWNERS, "force"]),  # then someone unlocks it (force: whoever holds it)
         ),  # fmt: skip
         st.tuples(st.just("unlock"), st.sampled_from(REPOS), st.sampled_from(LOCK_IDS), st.none() | st.sampled_from(OWNERS)),
     ),
@@ -295,6 +297,13 @@ def test_index_follows_the_contract(make_index) -> None:
                 if op[1].id in model.locks and model.locks[op[1].id] != op[1]:
                     continue  # ids are unique by construction (uuid4): no reuse of one for another lock
                 assert index.create_lock(op[1]) == model.create_lock(op[1])
+                if op[2] is not None:
+                    rival = op[1]._replace(id=op[1].id + "-rival", owner=op[2], ref=None)
+                    if rival.id not in model.locks:
+                        assert index.create_lock(rival) == model.create_lock(rival)
+                if op[3] is not None:
+                    unlocker = None if op[3] == "force" else op[3]
+                    assert index.delete_lock(op[1].repo, op[1].id, unlocker) == model.delete_lock(op[1].repo, op[1].id, unlocker)
             elif op[0] == "unlock":
                 assert index.delete_lock(op[1], op[2], op[3]) == model.delete_lock(op[1], op[2], op[3])
             else:
