@@ -132,6 +132,13 @@ shards = st.builds(
     st.none(),
     st.lists(st.builds(NewXorb, layouts, st.integers(1, 2**26)), max_size=2).map(tuple),  # an upload bundle's xorbs
 )
+lock_ops = st.tuples(
+    st.just("lock"),
+    st.builds(LockRecord, st.sampled_from(LOCK_IDS), st.sampled_from(REPOS), st.sampled_from(LOCK_PATHS), st.sampled_from(OWNERS),
+              st.none() | st.sampled_from(["refs/heads/main", "refs/heads/dev"]), st.integers(0, 2**40)),
+    st.none() | st.sampled_from(OWNERS),  # a rival who then tries the same path
+    st.none() | st.sampled_from([*OWNERS, "force"]),  # then someone unlocks it (force: whoever holds it)
+)  # fmt: skip
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("xorb"), layouts, st.integers(1, 2**26)),
@@ -139,13 +146,7 @@ operations = st.lists(
         st.tuples(st.just("revoke"), st.sampled_from(["t1", "t2"]), st.integers(0, 2**40)),
         st.tuples(st.just("collect_unreferenced"), st.sampled_from(XORBS).map(_hex)),
         st.tuples(st.just("collect_unindexed"), st.sampled_from(XORBS).map(_hex)),
-        st.tuples(
-            st.just("lock"),
-            st.builds(LockRecord, st.sampled_from(LOCK_IDS), st.sampled_from(REPOS), st.sampled_from(LOCK_PATHS), st.sampled_from(OWNERS),
-                      st.none() | st.sampled_from(["refs/heads/main", "refs/heads/dev"]), st.integers(0, 2**40)),
-            st.none() | st.sampled_from(OWNERS),  # a rival who then tries the same path
-            st.none() | st.sampled_from([*OWNERS, "force"]),  # then someone unlocks it (force: whoever holds it)
-        ),  # fmt: skip
+        lock_ops,
         st.tuples(st.just("unlock"), st.sampled_from(REPOS), st.sampled_from(LOCK_IDS), st.none() | st.sampled_from(OWNERS)),
     ),
     max_size=14,

@@ -18,7 +18,6 @@ import os
 import secrets
 import shutil
 import stat
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack

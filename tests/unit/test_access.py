@@ -59,7 +59,7 @@ def test_roles_are_ordered(role: str, needed: str) -> None:
 
 def test_a_token_names_its_user_and_a_user_less_token_is_its_own_user() -> None:
     signer = Signer(SECRET)
-    token, claims = signer.mint_user("write", 60, "team/*", user="alice")
+    token, _ = signer.mint_user("write", 60, "team/*", user="alice")
     assert signer.verify(token, "write").owner == "alice"
     old, old_claims = signer.mint_user("read", 60, "team/game")  # no --user: as tokens minted before users
     verified = signer.verify(old, "read")
