@@ -93,6 +93,9 @@ CREATE TABLE IF NOT EXISTS locks (        -- Git LFS file locks
 """
 
 SCHEMA_VERSION = 4  # 4: locks
+# A read-only copy of a version 3 index (a snapshot of a store from before locks) is served as it
+# is: the only difference is the locks table, and a read-only store has no locks to show.
+_READABLE_WITHOUT_LOCKS = 3
 # Stripes of xorb_writer_lock: writers of two xorbs wait for each other only when their
 # hashes share a first byte, and then only for an object write.
 XORB_LOCK_STRIPES = 256
@@ -133,6 +136,7 @@ class SqliteIndex:
         self._xorb_stripes = [threading.Lock() for _ in range(XORB_LOCK_STRIPES)]
         self._xorb_lock_fd: int | None = None
         self._xorb_lock_file_opening = threading.Lock()
+        self._has_locks = True
         if read_only:
             self._check_current()
             return
@@ -144,7 +148,8 @@ class SqliteIndex:
 
     def _check_current(self) -> None:
         version = self._connection().execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
+        self._has_locks = version >= 4
+        if version != SCHEMA_VERSION and version != _READABLE_WITHOUT_LOCKS:
             newer = "a newer git-xet: upgrade git-xet" if version > SCHEMA_VERSION else "an older git-xet: open it once with write access to migrate it"
             raise Misconfigured(f"{self.path} (index version {version}) is read-only here and was written by {newer}")
 
@@ -316,6 +321,8 @@ class SqliteIndex:
     def find_locks(
         self, repo: str, *, path: str | None = None, lock_id: str | None = None, ref: str | None = None, after: str | None = None, limit: int = 100
     ) -> list[LockRecord]:
+        if not self._has_locks:
+            return []
         query, args = f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = ?", [repo]
         for clause, value in (("path = ?", path), ("id = ?", lock_id), ("(ref = ? OR ref IS NULL)", ref), ("path > ?", after)):
             if value is not None:
@@ -336,10 +343,12 @@ class SqliteIndex:
 
     def stats(self) -> dict[str, int]:
         conn = self._connection()
-        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] if t != "locks" or self._has_locks else 0 for t in TABLES}
 
     def export_rows(self, table: str) -> Iterator[tuple]:
         columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller
+        if table == "locks" and not self._has_locks:
+            return
         yield from self._connection().execute(f"SELECT {', '.join(columns)} FROM {table}")
 
     def import_rows(self, table: str, rows: list[tuple]) -> None:

@@ -621,6 +621,25 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
     upgraded.close()
 
 
+def test_a_read_only_snapshot_from_before_locks_is_served_without_locks(tmp_path: Path) -> None:
+    """A version 3 SQLite index (no locks table) opened read-only, as a backup snapshot is
+    served: it reads, and it has no locks; opened with write access it is migrated."""
+    index = SqliteIndex(tmp_path / "index.sqlite")
+    index.revoke_token("t1", 1)
+    with index._db() as db:
+        db.execute("DROP TABLE locks")
+        db.execute("PRAGMA user_version = 3")
+    index.close()
+    snapshot = SqliteIndex(tmp_path / "index.sqlite", read_only=True)
+    assert snapshot.revoked_token_ids() == {"t1"} and snapshot.find_locks("default") == []
+    assert snapshot.stats()["locks"] == 0 and list(snapshot.export_rows("locks")) == []
+    snapshot.close()
+    migrated = SqliteIndex(tmp_path / "index.sqlite")
+    lock = LockRecord("l1", "default", "a.bin", "alice", None, 1)
+    assert migrated.create_lock(lock) == (lock, True) and migrated.find_locks("default") == [lock]
+    migrated.close()
+
+
 def test_a_shard_kept_in_its_row_reads_back(make_index) -> None:
     """ShardRegistration.body is kept with the registration (first registration wins, as for
     every row); a shard registered without one has none."""
