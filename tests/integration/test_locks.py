@@ -259,6 +259,15 @@ def test_attacks_on_locks_fail_and_change_nothing(site: Site) -> None:
         conn.close()
         assert status in (403, 404), (raw, status)
 
+    # The same check guards the other routes: the batch API, the Hub token route, and the CAS
+    # routes, which act on the token's one repo (a pattern names none).
+    base, auth = site.url("carol"), ("carol", admin)
+    batch = {"operation": "upload", "transfers": ["xet"], "objects": []}
+    assert httpx.post(f"{base}/team-evil/x.git/info/lfs/objects/batch", json=batch, auth=auth, timeout=30).status_code == 403
+    assert httpx.post(f"{base}/team/game.git/info/lfs/objects/batch", json=batch, auth=auth, timeout=30).status_code == 200
+    assert httpx.get(f"{base}/api/models/team-evil/x/xet-write-token/main", auth=auth, timeout=30).status_code == 403
+    assert httpx.get(f"{base}/v1/lfs-objects/{'0' * 64}", headers={"Authorization": f"Bearer {admin}"}, timeout=30).status_code == 403
+
     # A user-less token of another repo, and no token at all.
     stranger = site.token("write", "acme/model")
     assert _api(site, "bob", stranger, "POST", "locks", {"path": "y.bin"}).status_code == 403
