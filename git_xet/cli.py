@@ -276,14 +276,18 @@ def _cmd_token(args: argparse.Namespace) -> int:
             return 1
         print(f"git-xet: revoked token {token_id} and every CAS token minted from it (servers notice within a second)")
         return 0
-    token, claims = signer.mint_user(args.scope, args.ttl, args.repo)
+    try:
+        token, claims = signer.mint_user(args.scope, args.ttl, args.repo, user=args.user or "")
+    except ValueError as exc:
+        print(f"git-xet token: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         import json
 
-        print(json.dumps({"accessToken": token, "exp": claims.exp, "id": claims.id, "repo": claims.repo, "scope": claims.scope}))
+        print(json.dumps({"accessToken": token, "exp": claims.exp, "id": claims.id, "repo": claims.repo, "scope": claims.scope, "user": claims.owner}))
     else:
         print(token)
-        print(f"git-xet: token {claims.id} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --revoke {claims.id}` and this command's --data/--index", file=sys.stderr)
+        print(f"git-xet: token {claims.id} for {claims.owner} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --revoke {claims.id}` and this command's --data/--index", file=sys.stderr)
     return 0
 
 
@@ -622,13 +626,14 @@ def build_parser() -> argparse.ArgumentParser:
     token = sub.add_parser("token", help="mint (or revoke) a user token for a server")
     token.add_argument("--data", type=_nonempty_path, help="the server's data directory (its secret and SQLite index, unless given otherwise)")
     _add_shared_flags(token)
-    token.add_argument("--scope", choices=["read", "write"], default="write")
+    token.add_argument("--scope", choices=["read", "write", "admin"], default="write", help="write also reads; admin also writes and force-unlocks others' locks")
+    token.add_argument("--user", help="who the token acts as: the owner of its locks (default: token:ID, the token itself)")
     token.add_argument("--ttl", type=int, default=90 * 24 * 3600, help="lifetime in seconds (default: 90 days)")
     token.add_argument(
-        "--repo", default="default", help="the one repo the token acts on: ns/name, datasets/ns/name, spaces/ns/name (default: default)"
+        "--repo", default="default", help="the repo the token acts on: ns/name, datasets/ns/name, spaces/ns/name, or every repo of a namespace: ns/* (default: default)"
     )
     token.add_argument("--revoke", metavar="ID_OR_TOKEN", help="revoke a user token (by its id or the token itself) and its CAS tokens")
-    token.add_argument("--json", action="store_true", help='print {"accessToken", "exp", "id", "repo", "scope"}')
+    token.add_argument("--json", action="store_true", help='print {"accessToken", "exp", "id", "repo", "scope", "user"}')
     token.set_defaults(func=_cmd_token)
     return parser
 

@@ -53,6 +53,7 @@ from .grants import GrantMode, Grants
 from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResponse, read_body
 from .http_guard import BODY_INTO, SEND_FILE, BodySink
 from .hub import HubEmulation, hub_routes
+from .locks import LockApi, lock_routes
 from .reconstruction import parse_range_header, with_signed_urls
 from .upload_streams import StreamRef, UploadStreams, parse_header, stream_ref
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
@@ -142,9 +143,12 @@ class CasApp:
             self._revoked_at = time.monotonic()
         return self._revoked
 
-    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds=KINDS) -> Claims:
-        """The claims of the request's bearer token (or `token`), checked from headers alone."""
-        return self.signer.verify(token if token is not None else presented_token(request.headers.get("authorization", "")), needed, await self.revoked(), kinds)
+    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds=KINDS, repo: str | None = None) -> Claims:
+        """The claims of the request's bearer token (or `token`), checked from headers alone, for
+        `repo` (None: the one repo the token names, which the CAS routes act on as claims.repo)."""
+        claims = self.signer.verify(token if token is not None else presented_token(request.headers.get("authorization", "")), needed, await self.revoked(), kinds)
+        claims.may(needed, repo)
+        return claims
 
     def validations(self) -> asyncio.Semaphore:
         if self._validations is None:
@@ -590,7 +594,7 @@ def create_app(config: ServerConfig) -> Starlette:
     hub = HubEmulation(app)
 
     starlette = Starlette(
-        routes=_routes(app) + hub_routes(hub),
+        routes=_routes(app) + hub_routes(hub) + lock_routes(LockApi(app)),
         exception_handlers=exception_handlers(),
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect

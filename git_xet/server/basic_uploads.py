@@ -30,7 +30,6 @@ from starlette.responses import Response
 
 from ..core import hashes
 from ..storage.cas_store import CasStore
-from .auth import Claims
 from .errors import RequestRefused, lfs_error_response
 from .http_io import body_parts
 from .ingest import IngestError, ingest_file
@@ -75,9 +74,9 @@ class BasicUploads:
         if not store.read_only and (removed := remove_abandoned_spools(store.root / UPLOAD_DIR)):
             log.info("removed %d basic-upload spools left by an interrupted server", removed)
 
-    async def put(self, request: Request, claims: Claims) -> Response:
-        """Store the PUT body as the object its path names, for the repo of `claims` (a write
-        token for the path's repo, checked by the caller)."""
+    async def put(self, request: Request, repo: str) -> Response:
+        """Store the PUT body as the object its path names, for `repo` (the caller checked that
+        the request's token may write it)."""
         oid = request.path_params["oid"].lower()
         if len(oid) != 64 or not hashes.is_hash_hex(oid):
             return lfs_error_response(400, "an LFS oid is 64 hex digits (the object's sha256)")
@@ -95,7 +94,7 @@ class BasicUploads:
                 return lfs_error_response(422, f"the uploaded bytes do not hash to {oid}; nothing was stored (send the object itself)")
             async with self._turns:
                 try:
-                    await in_worker(ingest_file, self.store, claims.repo, Path(spool.name), oid)
+                    await in_worker(ingest_file, self.store, repo, Path(spool.name), oid)
                 except IngestError as exc:
                     return lfs_error_response(422, str(exc))
         return Response(status_code=200)

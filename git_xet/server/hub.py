@@ -43,7 +43,7 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
 from ..storage.cas_store import CasStore, StoredFile
-from .auth import KINDS, AuthError, Claims, Signer, presented_token
+from .auth import KINDS, Claims, Signer, presented_token
 from .basic_uploads import BasicUploads, upload_href
 from .errors import RequestRefused, error_response, lfs_error_response
 from .file_ranges import ranged_response
@@ -110,7 +110,7 @@ class HubHost(Protocol):
     @property
     def config(self) -> HubSettings: ...
 
-    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS) -> Claims: ...
+    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS, repo: str | None = None) -> Claims: ...
 
     async def revoked(self) -> frozenset[str]: ...
 
@@ -126,12 +126,12 @@ class HubEmulation:
         self.cas = cas
         self.basic_uploads = BasicUploads(cas.store, cas.config.idle_timeout)
 
-    async def _user(self, request: Request, needed: str, repo: str | None) -> Claims:
-        """The user token's claims, for `repo` (None: the standalone alias, the token's own)."""
-        claims = await self.cas.authorize(request, needed, token=presented_token(request.headers.get("authorization", ""), basic=True) or "", kinds=("user",))
-        if repo is not None and claims.repo != repo:
-            raise AuthError(403, f"this token is for another repo than {repo}; mint one with `git xet token --repo {repo}`")
-        return claims
+    async def _user(self, request: Request, needed: str, repo: str | None) -> tuple[Claims, str]:
+        """The user token's claims and the repo it acts on: `repo` if the token covers it (None:
+        the standalone alias, the one repo the token names)."""
+        token = presented_token(request.headers.get("authorization", ""), basic=True) or ""
+        claims = await self.cas.authorize(request, needed, token=token, kinds=("user",), repo=repo)
+        return claims, claims.may(needed, repo)
 
     def _lookup(self, repo: str, oids: list[str]) -> dict:
         return {oid: self.cas.store.file_by_sha256(oid, repo) for oid in oids}
@@ -139,7 +139,7 @@ class HubEmulation:
     async def batch(self, request: Request) -> Response:
         path_repo = request.path_params["repo"].removesuffix(".git").strip("/")
         try:  # credentials from headers first: nothing of the body is read for a stranger
-            claims = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
+            claims, repo = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
             body = await self.cas.read_body(request, MAX_BATCH_BODY)
         except RequestRefused as exc:
             return lfs_error_response(exc.status, exc.message)
@@ -153,9 +153,8 @@ class HubEmulation:
         if not claims.allows(needed):
             return lfs_error_response(403, f"token scope '{claims.scope}' does not allow {needed}")
         transfer = "xet" if "xet" in transfers else "basic"
-        repo = claims.repo
         base = self.cas.base_url(request)
-        token, exp = self.cas.signer.mint_cas(claims, needed, self.cas.config.cas_token_ttl)
+        token, exp = self.cas.signer.mint_cas(claims, needed, self.cas.config.cas_token_ttl, repo=repo)
         session = str(uuid.uuid4())
         valid = [o["oid"].lower() for o in objects if self._valid(o)]
         stored_by_oid = await in_worker(self._lookup, repo, valid)
@@ -181,7 +180,7 @@ class HubEmulation:
                 action["header"][FILE_HASH] = stored.file_hex
                 entry["actions"] = {"download": action}
             else:
-                href, exp = self._bridge_url(base, claims, stored.file_hex)
+                href, exp = self._bridge_url(base, claims, repo, stored.file_hex)
                 entry["actions"] = {"download": {"href": href, "expires_in": max(1, exp - int(time.time()))}}
             out.append(entry)
         return JSONResponse({"transfer": transfer, "objects": out, "hash_algo": "sha256"}, media_type=LFS_MEDIA_TYPE)
@@ -206,25 +205,24 @@ class HubEmulation:
             "expires_in": max(1, exp - int(time.time())),
         }
 
-    def _bridge_url(self, base: str, claims: Claims, file_hex: str) -> tuple[str, int]:
+    def _bridge_url(self, base: str, claims: Claims, repo: str, file_hex: str) -> tuple[str, int]:
         """(URL, expiry), shaped like the Hub's cas-bridge hrefs: the XET file hash is the last
         path segment; signed for (repo, file, expiry, token id) in a MAC domain of its own. It
-        lives no longer than the token that asked for it, and dies with its revocation."""
+        lives no longer than the token that asked for it, and dies with its revocation. `repo`:
+        the one repo the request acts on (a namespace token's claims name a pattern)."""
         exp = min(int(time.time()) + self.cas.config.url_ttl, claims.exp)
-        sig = self.cas.signer.sign_bridge(claims.repo, file_hex, exp, claims.id)
-        return f"{base}/xet-bridge-us/{claims.repo}/{file_hex}?{urlencode({'exp': exp, 't': claims.id, 'sig': sig})}", exp
+        sig = self.cas.signer.sign_bridge(repo, file_hex, exp, claims.id)
+        return f"{base}/xet-bridge-us/{repo}/{file_hex}?{urlencode({'exp': exp, 't': claims.id, 'sig': sig})}", exp
 
     async def basic_upload(self, request: Request) -> Response:
         """A `basic` upload's PUT: the token of the batch's action (or the user's, by a client
         that sends its own credentials) must allow writing to the path's repo."""
         path_repo = request.path_params["repo"].removesuffix(".git").strip("/")
         try:
-            claims = await self.cas.authorize(request, "write", token=presented_token(request.headers.get("authorization", ""), basic=True) or "")
-            if claims.repo != path_repo:
-                raise AuthError(403, f"this token is for another repo than {path_repo}; mint one with `git xet token --repo {path_repo}`")
+            await self.cas.authorize(request, "write", token=presented_token(request.headers.get("authorization", ""), basic=True) or "", repo=path_repo)
         except RequestRefused as exc:
             return lfs_error_response(exc.status, exc.message)
-        return await self.basic_uploads.put(request, claims)
+        return await self.basic_uploads.put(request, path_repo)
 
     async def token_route(self, request: Request) -> Response:
         """Mint a CAS token from a user token of this repo (never from a CAS token)."""
@@ -232,8 +230,8 @@ class HubEmulation:
         if kind not in REPO_KINDS:
             return error_response(RequestRefused(404, f"unknown repo type {kind!r}"))
         mode = "write" if request.url.path.split("/")[-2] == "xet-write-token" else "read"
-        claims = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
-        token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl)
+        claims, repo = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
+        token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl, repo=repo)
         base = self.cas.base_url(request)
         headers = {CAS_URL: base, ACCESS_TOKEN: token, TOKEN_EXPIRATION: str(exp), "Cache-Control": "no-store"}
         return JSONResponse({"casUrl": base, "exp": exp, "accessToken": token}, headers=headers)

@@ -24,7 +24,7 @@ import psycopg
 
 from ..core.xorb import XorbLayout
 from .errors import Conflict, Misconfigured, Unavailable
-from .index_base import COLUMNS, TABLES, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 log = logging.getLogger("git_xet.storage")
 T = TypeVar("T")
@@ -77,12 +77,20 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection], None], ...], ...] =
     """, _fill_xorb_refs),
     # 3: small shards kept in their row instead of as objects (one write less per small push).
     ("ALTER TABLE shards ADD COLUMN body BYTEA",),
+    # 4: Git LFS file locks; the unique (repo, path) decides which of racing takers wins.
+    ("""
+    CREATE TABLE locks (
+        id TEXT PRIMARY KEY, repo TEXT NOT NULL, path TEXT NOT NULL, owner TEXT NOT NULL, ref TEXT,
+        locked_at BIGINT NOT NULL, UNIQUE (repo, path)
+    );
+    """,),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _MIGRATION_LOCK = 0x67697478  # advisory lock key held while migrating ("gitx")
 _PAGE = 10_000
 # The database rolled the transaction back to resolve a conflict with another: run it again.
 _ROLLED_BACK = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+_LOCK_COLUMNS = ", ".join(COLUMNS["locks"])
 
 
 def _only_value(row: tuple[Any, ...] | None) -> Any:
@@ -347,6 +355,47 @@ class PostgresIndex:
 
     def revoked_token_ids(self) -> frozenset[str]:
         return frozenset(r[0] for r in self._run(lambda conn: conn.execute("SELECT id FROM revoked_tokens").fetchall()))
+
+    # ------------------------------------------------------------------ locks
+
+    def create_lock(self, lock: LockRecord) -> tuple[LockRecord, bool]:
+        def work(conn: psycopg.Connection) -> tuple[LockRecord, bool]:
+            # The unique (repo, path) decides: a taker that loses reads the winner's row (in a
+            # statement of its own, whose snapshot sees the winner's commit). A lock released
+            # between the two is retried.
+            while True:
+                if conn.execute("INSERT INTO locks VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", lock).fetchone():
+                    return lock, True
+                row = conn.execute(f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = %s AND path = %s", (lock.repo, lock.path)).fetchone()
+                if row is not None:
+                    return LockRecord(*row), False
+
+        return self._run(work)
+
+    def find_locks(
+        self, repo: str, *, path: str | None = None, lock_id: str | None = None, ref: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[LockRecord]:
+        query, args = f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = %s", [repo]
+        for clause, value in (("path = %s", path), ("id = %s", lock_id), ("(ref = %s OR ref IS NULL)", ref), ('path COLLATE "C" > %s', after)):
+            if value is not None:
+                query, args = f"{query} AND {clause}", [*args, value]
+        # COLLATE "C": the same byte order as SQLite, so pages and cursors agree across indexes.
+        rows = self._run(lambda conn: conn.execute(f'{query} ORDER BY path COLLATE "C" LIMIT %s', (*args, limit)).fetchall())
+        return [LockRecord(*r) for r in rows]
+
+    def delete_lock(self, repo: str, lock_id: str, owner: str | None) -> tuple[LockRecord | None, bool]:
+        def work(conn: psycopg.Connection) -> tuple[LockRecord | None, bool]:
+            with conn.transaction():
+                row = conn.execute(f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = %s AND id = %s FOR UPDATE", (repo, lock_id)).fetchone()
+                if row is None:
+                    return None, False
+                lock = LockRecord(*row)
+                if owner is not None and lock.owner != owner:
+                    return lock, False
+                conn.execute("DELETE FROM locks WHERE id = %s", (lock_id,))
+                return lock, True
+
+        return self._run(work)
 
     def stats(self) -> dict[str, int]:
         def work(conn: psycopg.Connection) -> dict[str, int]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from ..core.xorb import XorbLayout
 from ..fsutil import opening_lock
 from .errors import Conflict, Misconfigured, read_only_store
-from .index_base import COLUMNS, DEFAULT_REPO, TABLES, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, DEFAULT_REPO, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 from .sqlite_file import SqliteFile
 
 _SCHEMA = """
@@ -81,9 +81,21 @@ CREATE TABLE IF NOT EXISTS revoked_tokens (
     id TEXT PRIMARY KEY,
     revoked_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS locks (        -- Git LFS file locks
+    id TEXT PRIMARY KEY,
+    repo TEXT NOT NULL,
+    path TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    ref TEXT,
+    locked_at INTEGER NOT NULL,
+    UNIQUE (repo, path)                   -- one lock per path: of racing takers one wins
+);
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: locks
+# A read-only copy of a version 3 index (a snapshot of a store from before locks) is served as it
+# is: the only difference is the locks table, and a read-only store has no locks to show.
+_READABLE_WITHOUT_LOCKS = 3
 # Stripes of xorb_writer_lock: writers of two xorbs wait for each other only when their
 # hashes share a first byte, and then only for an object write.
 XORB_LOCK_STRIPES = 256
@@ -97,6 +109,9 @@ INSERT OR IGNORE INTO repo_shards SELECT '{DEFAULT_REPO}', id FROM shards;
 UPDATE files SET sha256 = NULL;
 DROP INDEX IF EXISTS files_by_sha256;
 """
+
+
+_LOCK_COLUMNS = ", ".join(COLUMNS["locks"])
 
 
 def _insert_xorb(db: sqlite3.Connection, xorb: NewXorb) -> bool:
@@ -121,6 +136,7 @@ class SqliteIndex:
         self._xorb_stripes = [threading.Lock() for _ in range(XORB_LOCK_STRIPES)]
         self._xorb_lock_fd: int | None = None
         self._xorb_lock_file_opening = threading.Lock()
+        self._has_locks = True
         if read_only:
             self._check_current()
             return
@@ -132,7 +148,8 @@ class SqliteIndex:
 
     def _check_current(self) -> None:
         version = self._connection().execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
+        self._has_locks = version >= 4
+        if version != SCHEMA_VERSION and version != _READABLE_WITHOUT_LOCKS:
             newer = "a newer git-xet: upgrade git-xet" if version > SCHEMA_VERSION else "an older git-xet: open it once with write access to migrate it"
             raise Misconfigured(f"{self.path} (index version {version}) is read-only here and was written by {newer}")
 
@@ -298,12 +315,46 @@ class SqliteIndex:
     def revoked_token_ids(self) -> frozenset[str]:
         return frozenset(r[0] for r in self._connection().execute("SELECT id FROM revoked_tokens"))
 
+    # ------------------------------------------------------------------ locks
+
+    def create_lock(self, lock: LockRecord) -> tuple[LockRecord, bool]:
+        with self._db() as db:
+            if db.execute("INSERT OR IGNORE INTO locks VALUES (?, ?, ?, ?, ?, ?)", lock).rowcount == 1:
+                return lock, True
+            row = db.execute(f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = ? AND path = ?", (lock.repo, lock.path)).fetchone()
+        return LockRecord(*row), False
+
+    def find_locks(
+        self, repo: str, *, path: str | None = None, lock_id: str | None = None, ref: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[LockRecord]:
+        if not self._has_locks:
+            return []
+        query, args = f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = ?", [repo]
+        for clause, value in (("path = ?", path), ("id = ?", lock_id), ("(ref = ? OR ref IS NULL)", ref), ("path > ?", after)):
+            if value is not None:
+                query, args = f"{query} AND {clause}", [*args, value]
+        rows = self._connection().execute(f"{query} ORDER BY path LIMIT ?", (*args, limit)).fetchall()
+        return [LockRecord(*r) for r in rows]
+
+    def delete_lock(self, repo: str, lock_id: str, owner: str | None) -> tuple[LockRecord | None, bool]:
+        with self._db() as db:
+            row = db.execute(f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = ? AND id = ?", (repo, lock_id)).fetchone()
+            if row is None:
+                return None, False
+            lock = LockRecord(*row)
+            if owner is not None and lock.owner != owner:
+                return lock, False
+            db.execute("DELETE FROM locks WHERE id = ?", (lock_id,))
+        return lock, True
+
     def stats(self) -> dict[str, int]:
         conn = self._connection()
-        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] if t != "locks" or self._has_locks else 0 for t in TABLES}
 
     def export_rows(self, table: str) -> Iterator[tuple]:
         columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller
+        if table == "locks" and not self._has_locks:
+            return
         yield from self._connection().execute(f"SELECT {', '.join(columns)} FROM {table}")
 
     def import_rows(self, table: str, rows: list[tuple]) -> None:

@@ -157,6 +157,57 @@ def test_teams_page_in_a_new_teammates_order(tmp_path: Path) -> None:
         assert (mate.root / "models" / "weights.bin").read_bytes() == files["weights.bin"]
 
 
+def test_teams_users_credentials_and_locks(tmp_path: Path) -> None:
+    """The page's users, credential store and file locks, with real git-lfs: the operator mints
+    the three tokens; alice and bob store theirs with `git credential approve`; alice commits the
+    endpoint and lockable files; bob's plain clone checks them out read-only; alice locks one,
+    bob's push over it is refused until carol, the admin, forces the unlock."""
+    bare = tmp_path / "models.git"
+    with running_server(tmp_path / "srv" / "data") as srv:
+        url = {"https://xet.example.com": srv.url}
+        operator = make_git_env(tmp_path / "operator")
+        minted = run_block("teams.md", "teams-users", {"/srv/xet": str(srv.data_dir)}, cwd=operator.root, env=operator.env)
+        tokens = dict(zip(("alice", "bob", "carol"), minted.stdout.split(), strict=True))
+
+        def teammate(name: str) -> GitEnv:
+            g = make_git_env(tmp_path / name)
+            g.git_xet("install")
+            g.env.update(USER=name, XET_TOKEN=tokens[name])
+            run_block("teams.md", "teams-credential", url, cwd=g.root, env=g.env)
+            del g.env["XET_TOKEN"]  # from here on, git's credential store is all git-lfs has
+            assert tokens[name] in (g.root / "home" / ".git-credentials").read_text()
+            return g
+
+        alice, bob, carol = (teammate(n) for n in ("alice", "bob", "carol"))
+        alice.git("init", "-q", "--bare", str(bare))
+        alice.git("clone", "-q", str(bare), "models")
+        work = alice.root / "models"
+        hero = random_bytes(50_000, seed=44)
+        run_block("teams.md", "teams-lockable", url, cwd=work, env=alice.env)
+        (work / "art").mkdir()
+        (work / "art" / "hero.psd").write_bytes(hero)
+        alice.git("add", "art", cwd=work)
+        alice.git("commit", "-qm", "hero", cwd=work)
+        alice.git("push", "-q", "origin", "HEAD", cwd=work)
+
+        bob.git("clone", "-q", str(bare), "models")  # a plain clone: the endpoint is committed
+        theirs = bob.root / "models" / "art" / "hero.psd"
+        assert theirs.read_bytes() == hero and not theirs.stat().st_mode & 0o222  # mode bits: root may write anything
+
+        listed = run_block("teams.md", "teams-locks", cwd=work, env=alice.env)
+        assert "art/hero.psd" in listed.stdout and "alice" in listed.stdout
+        os.chmod(theirs, 0o644)
+        theirs.write_bytes(random_bytes(1000, seed=45))
+        bob.git("commit", "-qam", "bob's edit", cwd=theirs.parent.parent)
+        refused = bob.git("push", "origin", "HEAD", cwd=theirs.parent.parent, check=False)
+        assert refused.returncode != 0 and "Cannot update locked files" in refused.stdout + refused.stderr
+        assert bob.git("lfs", "unlock", "--force", "art/hero.psd", cwd=theirs.parent.parent, check=False).returncode != 0
+
+        carol.git("clone", "-q", str(bare), "models")
+        carol.git("lfs", "unlock", "--force", "art/hero.psd", cwd=carol.root / "models")
+        bob.git("push", "-q", "origin", "HEAD", cwd=theirs.parent.parent)
+
+
 # ---------------------------------------------------------------- secrets
 
 
