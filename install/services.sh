@@ -8,6 +8,7 @@ missing=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null || missing+=(postgresql)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v openssl >/dev/null || missing+=(openssl)
+command -v chromium >/dev/null || missing+=(chromium)  # the admin page's browser test (Playwright drives it)
 ((${#missing[@]})) || exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "git-xet: installing system packages for the server tests: ${missing[*]}" >&2

@@ -44,6 +44,7 @@ from ..core.shard import Shard, ShardFooter, parse_shard, serialize_shard
 from ..core.upload_bundle import parse_bundle
 from ..core.xorb import VerifiedXorb
 from ..storage.cas_store import CasStore, Sha256Prefix, StoredFile, chunks_referenced
+from ..storage.history import History, open_history
 from ..storage.index_base import open_index
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import open_s3_objects
@@ -134,6 +135,7 @@ class CasApp:
         self._running_lock = threading.Lock()
         self.receive_buffers = ReceiveBuffers()
         self.upload_streams = UploadStreams(self.store.xorb_pieces)
+        self.history: History = open_history(config.index_url, config.data_dir, writable=not self.store.read_only)
 
     async def revoked(self) -> frozenset[str]:
         """Revoked token ids, re-read from the index at most once a second (`git xet token
@@ -368,7 +370,18 @@ class CasApp:
 
     def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
         prefix = self._stream_prefix(stream)
-        return self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix)
+        inserted = self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix)
+        if inserted:
+            self.record_push(repo, parsed if parsed is not None else parse_shard(body))
+        return inserted
+
+    def record_push(self, repo: str, shard: Shard) -> None:
+        """A shard a repo newly registered, in the history the admin page shows (best effort:
+        the push has succeeded whether or not its row is written)."""
+        try:
+            self.history.record_push(repo, len(shard.files), sum(t.unpacked_bytes for f in shard.files for t in f.terms))
+        except Exception as exc:  # noqa: BLE001 - any database failure: logged, never fails the push
+            log.warning("could not record a push of %s in the history: %s", repo, type(exc).__name__)
 
     async def upload_shard_v1(self, request: Request) -> Response:
         claims = await self.authorize(request, "write")
@@ -398,7 +411,10 @@ class CasApp:
         """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
         hand-offs cost more than the work."""
         prefix = self._stream_prefix(stream)
-        return self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix)
+        inserted = self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix)
+        if inserted:
+            self.record_push(repo, parsed if parsed is not None else parse_shard(shard))
+        return inserted
 
     async def upload_shard_v2(self, request: Request) -> Response:
         """NDJSON frames: `validating` while the sha256 of the shard's files is computed from the
@@ -505,10 +521,12 @@ def _routes(app: CasApp) -> list[Route]:
 
 
 class _AccessLog:
-    """ASGI middleware: one structured line per request; never the query string or headers."""
+    """ASGI middleware: one structured line per request; never the query string or headers;
+    and the same figures to `observe` (the metrics), with the route's template."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, observe: Callable[[str, str, int, float, int, int], None]) -> None:
         self.app = app
+        self.observe = observe
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -555,19 +573,23 @@ class _AccessLog:
             if logged:
                 return
             logged = True
+            seconds = time.perf_counter() - start
+            bytes_in = seen["bytes_in"] + sum(sink.received for sink in sinks)
             log.info(
                 json.dumps(
                     {
                         "method": scope["method"],
                         "path": scope["path"],
                         "status": seen["status"],
-                        "ms": round(1000 * (time.perf_counter() - start), 1),
-                        "bytes_in": seen["bytes_in"] + sum(sink.received for sink in sinks),  # request and response body sizes
+                        "ms": round(1000 * seconds, 1),
+                        "bytes_in": bytes_in,  # request and response body sizes
                         "bytes_out": seen["bytes_out"],
                         "client": (scope.get("client") or ["?"])[0],
                     }
                 )
             )
+            # The router leaves the matched route in the scope: its template bounds the labels.
+            self.observe(getattr(scope.get("route"), "path", "unmatched"), scope["method"], seen["status"], seconds, bytes_in, seen["bytes_out"])
 
         async def send_wrapper(message) -> None:
             if message["type"] == "http.response.start":
@@ -590,14 +612,29 @@ class _AccessLog:
 
 
 def create_app(config: ServerConfig) -> Starlette:
+    # Imported here, not above: prometheus-client picks its multiprocess mode at import, after
+    # `serve` has set its directory (see metrics.py).
+    from . import metrics
+    from .operator import Operator, operator_routes
+
     app = CasApp(config)
     hub = HubEmulation(app)
 
     starlette = Starlette(
-        routes=_routes(app) + hub_routes(hub) + lock_routes(LockApi(app)),
-        exception_handlers=exception_handlers(),
+        routes=_routes(app) + hub_routes(hub) + lock_routes(LockApi(app)) + operator_routes(Operator(app, app.history)),
+        exception_handlers={kind: _counting_errors(handler, metrics.storage_error) for kind, handler in exception_handlers().items()},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect
     starlette.state.cas = app
-    starlette.add_middleware(_AccessLog)
+    starlette.add_middleware(_AccessLog, observe=metrics.observe_request)
     return starlette
+
+
+def _counting_errors(handler, count: Callable[[BaseException], None]):
+    """`handler`, counting each error it answers (the metrics' index and object-store errors)."""
+
+    async def counted(request: Request, exc: Exception) -> Response:
+        count(exc)
+        return await handler(request, exc)
+
+    return counted

@@ -119,6 +119,22 @@ def serve(
         return 1
     elif removed := DirectoryObjectStore(data_dir).remove_abandoned_temp_files():
         log.info("removed %d temp files left by an interrupted write", removed)
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Each worker's metrics go to files here, and a scrape of any worker sums them all
+        # (metrics.py); a directory of our own, so no earlier run's files are counted.
+        import atexit
+        import shutil
+        import tempfile
+
+        metrics_dir = tempfile.mkdtemp(prefix="git-xet-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        parent = os.getpid()
+
+        def remove_metrics_dir() -> None:
+            if os.getpid() == parent:  # the workers exit through os._exit, but say so anyway
+                shutil.rmtree(metrics_dir, ignore_errors=True)
+
+        atexit.register(remove_metrics_dir)
     if objects:
         problem = _check_bucket(objects)
         if problem:
