@@ -291,6 +291,13 @@ def _cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lfs_authenticate(args: argparse.Namespace) -> int:
+    from .commands.lfs_authenticate import Grant, run
+
+    grant = Grant(args.user, args.repo, args.scope)
+    return run(args.data, args.secret_file, args.url, grant, args.ttl, args.git_root, args.log)
+
+
 def _not_a_server_data_dir(data: Path) -> str | None:
     """Why `data` is not the data directory of a `git xet serve` (None: it is). A mistyped
     --data would otherwise create a fresh secret and print a token the real server rejects."""
@@ -635,6 +642,21 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--revoke", metavar="ID_OR_TOKEN", help="revoke a user token (by its id or the token itself) and its CAS tokens")
     token.add_argument("--json", action="store_true", help='print {"accessToken", "exp", "id", "repo", "scope", "user"}')
     token.set_defaults(func=_cmd_token)
+
+    ssh_cmd = sub.add_parser("lfs-authenticate", help="sshd's forced command for a user's key: git-lfs-authenticate (and git) over SSH (see docs/server.md)")
+    ssh_cmd.add_argument("--data", type=_nonempty_path, help="the server's data directory (its secret), unless $GIT_XET_SERVER_SECRET or --secret-file")
+    ssh_cmd.add_argument("--secret-file", type=_nonempty_path, help="the server's secret")
+    ssh_cmd.add_argument("--url", required=True, help="the server's public URL (its --public-url)")
+    ssh_cmd.add_argument("--user", required=True, help="who holds this key (logged)")
+    ssh_cmd.add_argument("--repo", action="append", required=True, help="a repo the user may use: ns/name, with * per segment (repeatable)")
+    ssh_cmd.add_argument("--scope", choices=["read", "write"], default="write", help="the most the user may do (default: write)")
+    ssh_cmd.add_argument(
+        "--ttl", type=_seconds_at_least(MIN_CAS_TOKEN_TTL, "git-lfs drops answers that expire within 5 s"), default=3600,
+        help="lifetime of the tokens handed out, seconds (default: 1 hour)",
+    )  # fmt: skip
+    ssh_cmd.add_argument("--git-root", type=_nonempty_path, help="serve git too: bare repositories at GIT_ROOT/REPO.git")
+    ssh_cmd.add_argument("--log", type=_nonempty_path, help="append one line per request (user, repo, token id) to this file")
+    ssh_cmd.set_defaults(func=_cmd_lfs_authenticate)
     return parser
 
 
