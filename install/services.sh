@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install the system services the tests start privately: PostgreSQL (a shared index, initdb'd
-# per test session), nginx (a TLS load balancer in front of server replicas) and OpenSSH's
-# sshd (SSH remotes: git-lfs-authenticate). None is enabled or started here; the tests run
-# their own instances on loopback.
+# per test session), nginx (a TLS load balancer in front of server replicas), OpenSSH's
+# sshd (SSH remotes: git-lfs-authenticate), and chromium (the admin page, in a real browser).
+# None is enabled or started here; the tests run their own instances on loopback.
 # As root on Debian/Ubuntu they are installed when missing; otherwise say what to install.
 set -euo pipefail
 missing=()
