@@ -2,7 +2,7 @@
 of 4-64 KiB, through git-xet into `git xet serve`, through git-xet into a local directory store,
 and through stock git-lfs `basic` to a plain LFS server, same files, same run.
 
-    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local] [--server-workers 2] [--json OUT]
+    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local,git-xet-native] [--server-workers 2] [--json OUT]
 
 Besides wall seconds, each phase reports the CPU seconds (user + sys) of the client (git and
 every process it started: git-lfs, the agents) and of the server process (none for the local
@@ -34,7 +34,8 @@ from tests.support.gitenv import GitEnv, make_git_env
 from git_xet.server.workers import default_workers
 from tests.support.server_process import running_server
 
-TOOLS = ("git-lfs", "git-xet", "git-xet-local")
+TOOLS = ("git-lfs", "git-xet", "git-xet-local", "git-xet-native")
+DEFAULT_TOOLS = TOOLS[:3]  # git-xet-native (install --native against the Hub emulation): on request
 KIB = 1024
 
 
@@ -45,6 +46,13 @@ def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None =
         with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
+            yield srv.process.pid
+    elif tool == "git-xet-native":  # `install --native`: our agent's own LFS batch calls to the server's Hub emulation
+        with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
+            genv.git_xet("install", "--native", srv.url)
+            token = srv.token("write", repo="bench/many")
+            genv.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
+            genv.git("config", "--global", "lfs.url", f"{srv.url}/bench/many.git/info/lfs")
             yield srv.process.pid
     elif tool == "git-xet-local":
         genv.git_xet("install", "--standalone", str(root / "store"))
@@ -147,7 +155,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--tools", default=",".join(DEFAULT_TOOLS), help=f"of {','.join(TOOLS)}")
     parser.add_argument("--server-workers", type=int, default=default_workers(), help="git xet serve --workers (default: its default, %(default)s here)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

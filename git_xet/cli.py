@@ -228,7 +228,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"git-xet serve: the server needs extra packages ({exc.name}); from a git-xet checkout run: {sys.executable} -m pip install '.[server]' (install/install.sh includes it)", file=sys.stderr)
         return 1
-    limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections)
+    limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections, args.keep_alive_timeout)
     return serve(
         args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl,
         args.upload_grants, limits, args.index, args.secret_file, objects=args.objects, workers=args.workers,
@@ -586,6 +586,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-header-bytes", type=int, default=64 * 1024, help="largest request header block accepted")
     serve.add_argument("--idle-timeout", type=float, default=60.0, help="seconds an upload or download may make no progress")
     serve.add_argument("--max-connections", type=int, default=512, help="open connections beyond this get 503 (per worker)")
+    serve.add_argument(
+        "--keep-alive-timeout",
+        type=_seconds_at_least(1, "a client needs time to send its next request on a kept-alive connection"),
+        default=75,
+        help="seconds a kept-alive connection may wait for its next request (default 75: longer than load balancers' "
+        "and clients' own idle limits)",
+    )
     serve.add_argument(
         "--workers",
         type=_at_least_one,

@@ -122,6 +122,7 @@ class StoreRouter:
         self._http: HttpClient | None = None
         self._backends: dict[str, XetBackend] = {}
         self._target: StandaloneTarget | None = None
+        self._endpoint: tuple[str, dict[str, str]] | None = None  # see _own_endpoint
 
     def _standalone_target(self) -> StandaloneTarget:
         """The configured store, read once: the configuration an agent starts with is the one
@@ -287,8 +288,7 @@ class StoreRouter:
         with `basic` and a cas-bridge href ending in the XET file hash, are reconstructed from
         the CAS directly with a read token from the repo's refresh route.
         """
-        endpoint = lfs_endpoint(self.remote)
-        creds = credential_headers(endpoint)
+        endpoint, creds = self._own_endpoint()
         # Downloads: the Hub answers `basic` with a cas-bridge href whatever is offered; asking
         # for exactly that keeps one path for the Hub and for servers that would offer more.
         transfers = ["xet"] if req.operation == "upload" else ["basic"]
@@ -314,9 +314,21 @@ class StoreRouter:
         from ..client.tokens import RefreshingToken
 
         hub = hub_repo(endpoint)
-        tokens = RefreshingToken(hub.token_route("read"), creds, self.http())
-        tokens.token()  # learn the CAS URL
-        cas = tokens.cas_url or hub.base
-        backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
-        self._backends[f"cas:{cas}"] = backend
+        route = hub.token_route("read")
+        backend = self._backends.get(f"read:{route}")
+        if backend is None:  # one read token per agent, refreshed when it expires, not one per object
+            tokens = RefreshingToken(route, creds, self.http())
+            tokens.token()  # learn the CAS URL
+            cas = tokens.cas_url or hub.base
+            backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
+            self._backends[f"cas:{cas}"] = self._backends[f"read:{route}"] = backend
         return backend, lambda oid: file_hex
+
+    def _own_endpoint(self) -> tuple[str, dict[str, str]]:
+        """The remote's LFS endpoint and the user's credential for it, found once per agent:
+        each object of a --native clone looked them up again (git config, and `git credential
+        fill` where no token or netrc has one), besides its batch call and a new read token."""
+        if self._endpoint is None:
+            endpoint = lfs_endpoint(self.remote)
+            self._endpoint = (endpoint, credential_headers(endpoint))
+        return self._endpoint

@@ -39,7 +39,7 @@ from starlette.routing import Route
 
 from ..core import hashes
 from ..core.errors import FormatError
-from ..core.http_headers import FILE_HASH, UPLOAD_STREAM
+from ..core.http_headers import FILE_HASH, REFUSED_SHA256, UPLOAD_STREAM
 from ..core.shard import Shard, ShardFooter, parse_shard, serialize_shard
 from ..core.upload_bundle import parse_bundle
 from ..core.xorb import VerifiedXorb
@@ -368,9 +368,10 @@ class CasApp:
         """What the shard's upload stream hashed (waits for it: call in a worker thread)."""
         return None if stream is None else self.upload_streams.prefix(stream)
 
-    def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
+    def _register(self, body: bytes, repo: str, refused: list[str], progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
+        """Register a shard; files whose sha256 claim is wrong go into `refused` (see shard_result)."""
         prefix = self._stream_prefix(stream)
-        inserted = self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix)
+        inserted = self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix, refused=refused)
         if inserted:
             self.record_push(repo, parsed if parsed is not None else parse_shard(body))
         return inserted
@@ -387,8 +388,9 @@ class CasApp:
         claims = await self.authorize(request, "write")
         body = await self.read_body(request, MAX_SHARD_BODY)
         small = _parsed_if_small(body)
-        inserted = await self.validated(small, self._register, body, claims.repo, None, small, self.upload_stream(request, claims))
-        return JSONResponse({"result": 1 if inserted else 0})
+        refused: list[str] = []
+        inserted = await self.validated(small, self._register, body, claims.repo, refused, None, small, self.upload_stream(request, claims))
+        return JSONResponse(shard_result(inserted, refused))
 
     async def upload_bundle(self, request: Request) -> Response:
         """A shard and its small xorbs in one body (core/upload_bundle.py, our agent's small
@@ -402,16 +404,17 @@ class CasApp:
             raise RequestRefused(400, f"invalid upload bundle: {exc}") from None
         shard_body = bytes(shard)
         small = _parsed_if_small(shard_body)
-        inserted = await self.validated(small, self._store_bundle, xorbs, shard_body, claims.repo, small, self.upload_stream(request, claims))
-        return JSONResponse({"result": 1 if inserted else 0})
+        refused: list[str] = []
+        inserted = await self.validated(small, self._store_bundle, xorbs, shard_body, claims.repo, small, self.upload_stream(request, claims), refused)
+        return JSONResponse(shard_result(inserted, refused))
 
     def _store_bundle(
-        self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None, stream: StreamRef | None
+        self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None, stream: StreamRef | None, refused: list[str]
     ) -> bool:
         """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
         hand-offs cost more than the work."""
         prefix = self._stream_prefix(stream)
-        inserted = self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix)
+        inserted = self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix, refused=refused)
         if inserted:
             self.record_push(repo, parsed if parsed is not None else parse_shard(shard))
         return inserted
@@ -434,7 +437,8 @@ class CasApp:
 
             yield frame({"type": "validating", "verified": 0, "total": 1})
             small = _parsed_if_small(body)
-            work = asyncio.ensure_future(self.validated(small, self._register, body, claims.repo, progress, small, self.upload_stream(request, claims)))
+            wrong_claims: list[str] = []
+            work = asyncio.ensure_future(self.validated(small, self._register, body, claims.repo, wrong_claims, progress, small, self.upload_stream(request, claims)))
             try:
                 while not work.done():
                     update = asyncio.ensure_future(updates.get())
@@ -457,7 +461,7 @@ class CasApp:
                 yield frame(error_frame(refused, "internal error registering the shard"))
                 return
             yield frame({"type": "committing", "stage": "syncing"})
-            yield frame({"type": "result", "result": 1 if inserted else 0})
+            yield frame({"type": "result", **shard_result(inserted, wrong_claims)})
 
         return PacedStreamingResponse(frames(), self.config.idle_timeout, media_type="application/x-ndjson")
 
@@ -481,6 +485,16 @@ class CasApp:
 
     async def telemetry(self, request: Request) -> Response:
         return JSONResponse({})
+
+
+def shard_result(inserted: bool, refused: list[str]) -> dict[str, object]:
+    """A shard upload's answer: hf-xet's `result`, and the files (hashes) whose sha256 claim
+    was wrong, registered without that oid (REFUSED_SHA256, when there are any): the other
+    files of the shard stand, and a client that sent the claim learns that it was refused."""
+    answer: dict[str, object] = {"result": 1 if inserted else 0}
+    if refused:
+        answer[REFUSED_SHA256] = sorted(set(refused))
+    return answer
 
 
 def _parsed_if_small(body: bytes) -> Shard | None:

@@ -21,6 +21,14 @@ from .http_guard import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES, guarde
 from .http_io import DEFAULT_IDLE_TIMEOUT
 
 DEFAULT_MAX_CONNECTIONS = 512
+# How long a kept-alive connection may wait for its next request. Clients and proxies keep idle
+# connections for about a minute (AWS load balancers 60 s, nginx 75 s, Node's undici as long as
+# our Keep-Alive header says, hyper 90 s) and do not resend a POST written to a socket the
+# server had closed meanwhile: at uvicorn's 5 s, huggingface.js lost the xorb POST it sent after
+# chunking a large file with its event loop blocked. Outliving a proxy's own idle limit also
+# means the proxy, not us, closes the connections it pools. Idle connections count against
+# --max-connections, which keeps them bounded.
+DEFAULT_KEEP_ALIVE_TIMEOUT = 75
 
 log = logging.getLogger("git_xet.server")
 
@@ -51,6 +59,7 @@ class Limits:
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT
 
 
 def is_loopback(host: str) -> bool:
@@ -169,7 +178,9 @@ def serve(
             timeout_graceful_shutdown=10,
             http=guarded_protocol(limits.header_timeout, limits.max_header_bytes),
             limit_concurrency=limits.max_connections,
-            timeout_keep_alive=5,
+            timeout_keep_alive=limits.keep_alive_timeout,
+            # Said on every answer: undici keeps a connection as long as this says (else 4 s).
+            headers=[("Keep-Alive", f"timeout={limits.keep_alive_timeout}")],
         )
         uvicorn.Server(server_config).run(sockets=[sock])
 
