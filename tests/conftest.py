@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from tests.support.postgres_process import Postgres, running_postgres
 from tests.support.seaweed import RunningS3, running_seaweedfs
@@ -19,7 +19,11 @@ from tests.support.seaweed import RunningS3, running_seaweedfs
 # depends on the machine's load, and a test that is slow where it must not be says so itself
 # (benchmarks measure speed, tests do not). To hunt for new counterexamples with
 # fresh random draws: HYPOTHESIS_PROFILE=explore bash install/test.sh tests/unit
-settings.register_profile("deterministic", derandomize=True, database=None, deadline=None)
+# No shrinking by default either: many generated tests drive real servers, where shrinking a
+# failure can take many minutes of CI; the failing example is the same on every machine, and
+# HYPOTHESIS_PROFILE=shrink reruns it with shrinking to find the smallest one.
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+settings.register_profile("shrink", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", derandomize=False, database=None, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
