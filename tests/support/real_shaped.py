@@ -36,9 +36,12 @@ class Version:
 def _rows(rng: np.random.Generator, start: int, count: int):  # -> pyarrow.Table
     import pyarrow as pa
 
+    import pyarrow.compute as pc
+
     ids = np.arange(start, start + count, dtype=np.int64)
-    words = np.array(["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"])
-    text = [" ".join(words[rng.integers(0, len(words), 6)]) + f" #{i}" for i in ids]
+    words = pa.array(["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"])
+    picked = [words.take(pa.array(rng.integers(0, len(words), count))) for _ in range(6)]
+    text = pc.binary_join_element_wise(*picked, pc.cast(pa.array(ids), pa.string()), " ")
     return pa.table(
         {
             "id": ids,
