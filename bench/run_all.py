@@ -128,7 +128,7 @@ def dedup_real_rows(d: dict) -> list[str]:
         t = totals(data)
         mine, hf = data["pushes"]["git-xet"], data["pushes"]["hf-xet"]
         worst = max((m["new_bytes"] / h["new_bytes"] if h["new_bytes"] else 1.0) for m, h in zip(mine, hf))
-        label = f"dedup, {data['title']}: {len(mine)} pushes, MiB sent (stored % of all versions)"
+        label = f"dedup, {data['title']}: {len(mine)} pushes, MiB sent (stored % of all versions); ratio: the worst push's new chunk bytes"
         rows.append(_row(label, f"{t['git-xet']:.1f} ({t['git-xet stored %']:.0f}%)", f"hf-xet {t['hf-xet']:.1f} ({t['hf-xet stored %']:.0f}%)", worst, "new bytes <= 1.0 each push", worst <= 1.0))
         rows.append(_row(f"dedup, {data['title']} vs git-lfs (MiB sent)", f"{t['git-xet']:.1f}", f"git-lfs basic {t['git-lfs']:.1f}", t["git-xet"] / t["git-lfs"], "", None))
     return rows

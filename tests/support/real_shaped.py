@@ -107,11 +107,19 @@ def _safetensors(tensors: dict[str, np.ndarray]) -> bytes:
     return save(tensors)
 
 
+def _grouped_by_kind(name: str) -> str:
+    """"layers.3.attn.q.weight" -> "attn.q.weight.layer03" (other names unchanged)."""
+    if not name.startswith("layers."):
+        return name
+    _, layer, rest = name.split(".", 2)
+    return f"{rest}.layer{int(layer):02d}"
+
+
 def checkpoint_versions(scale: float = 1.0, seed: int = 2, layers: int = 12) -> list[Version]:
     """A checkpoint, then: one layer's weights changed; every weight's lowest 8 mantissa bits
     perturbed (a training step in low precision: every chunk changes); a tensor inserted; the
-    tensors reordered (renamed with zero-padded layer numbers: safetensors writes tensors in name
-    order, so "layers.10" moves from before "layers.2" to after "layers.09")."""
+    tensors reordered (renamed by a converter to "attn.q.weight.layer03": safetensors writes
+    tensors in name order, so each tensor moves on its own, grouped by kind, not by layer)."""
     rng = np.random.default_rng(seed)
     base = _model(rng, scale, layers)
     one_layer = dict(base)
@@ -124,7 +132,7 @@ def checkpoint_versions(scale: float = 1.0, seed: int = 2, layers: int = 12) -> 
     inserted = dict(base)
     d = base["embed.weight"].shape[1]
     inserted["layers.5.attn.gate.weight"] = rng.standard_normal((d, d), dtype=np.float32)
-    reordered = {name.replace("layers.", "layers.0") if name.split(".")[1].isdigit() and len(name.split(".")[1]) == 1 else name: t for name, t in base.items()}
+    reordered = {_grouped_by_kind(name): t for name, t in base.items()}
     return [
         Version("base", _safetensors(base)),
         Version("one layer changed", _safetensors(one_layer)),
