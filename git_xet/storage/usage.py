@@ -10,7 +10,7 @@ files use it. For each repository:
     shared_bytes       uncompressed bytes of the chunks it uses that another repository uses too
     dedup_ratio        logical_bytes / (unique_bytes + shared_bytes): 3.0 = each byte stored
                        serves three bytes of its files
-    stored_bytes       stored (compressed) bytes of the xorbs it uses, whole
+    stored_bytes       stored bytes of the xorbs it uses, whole (objects: compressed chunks and footer)
     reclaimable_bytes  stored bytes of the xorbs only it uses: what deleting it and a gc after
                        the retention period give back (a xorb is removed whole or not at all)
 
@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 
 from ..core.hashes import hash_to_hex
+from ..core.xorb import stored_size
 from .index_base import MetadataIndex, unpack_terms, unpack_u32s
 
 TOTAL = "*"  # the repo name of the store-wide row
@@ -90,7 +91,8 @@ def usage(index: MetadataIndex) -> Usage:
     stored = Counter[str]()
     reclaimable = Counter[str]()
     total_unique = total_shared = total_stored = total_unused = 0
-    for xorb_hex, _n, body_size, _unpacked, _hashes, _ends, sizes in index.export_rows("xorbs"):
+    for xorb_hex, num_chunks, body, _unpacked, _hashes, _ends, sizes in index.export_rows("xorbs"):
+        body_size = stored_size(body, num_chunks)
         total_stored += body_size
         terms = ranges.pop(xorb_hex, None)
         if terms is None:
