@@ -160,7 +160,7 @@ class XorbFooter(NamedTuple):
         return cls(XetHash(digest), hashes, tuple(byte_ends), tuple(unpacked_ends))
 
 
-_EMPTY_FOOTER_SIZE = len(XorbFooter(bytes(32), (), (), ()).serialize())
+_EMPTY_FOOTER_SIZE = len(XorbFooter(XetHash(bytes(32)), (), (), ()).serialize())
 
 
 def stored_size(body_size: int, num_chunks: int) -> int:
