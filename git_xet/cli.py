@@ -399,13 +399,29 @@ def _cmd_fsck(args: argparse.Namespace) -> int:
     return 0 if len(report.problems) == len(report.repaired) else 1
 
 
+def _add_store_flags(parser: argparse.ArgumentParser) -> None:
+    """--data/--index/--objects, as fsck and gc take them (the server's)."""
+    parser.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
+    parser.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
+    parser.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
+
+
 def _cmd_gc(args: argparse.Namespace) -> int:
     from .storage.admin import collect_garbage
+    from .storage.history import open_history
+    from .storage.retention import purge
 
     store = _open_store(args, "gc")
     if store is None:
         return 1
+    history = None if args.dry_run else open_history(args.index, args.data)
+    stored_before = history.totals().stored_bytes if history is not None else 0
+    if not args.dry_run:
+        purged = purge(store.index, args.retention)
+        print(f"git-xet gc: {purged} files deleted more than {args.retention:g} s ago unregistered")
     removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
+    if history is not None:  # the run and what it freed, for /metrics and the admin page
+        history.record_sample("gc", max(0, stored_before - history.totals().stored_bytes))
     store.close()
     for key in removed:
         print(f"{'would remove' if args.dry_run else 'removed'}: {key}")
@@ -618,8 +634,16 @@ def build_parser() -> argparse.ArgumentParser:
     gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     gc_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
+    gc_cmd.add_argument(
+        "--retention", type=float, default=7 * 24 * 3600,
+        help="first end the retention of `git xet repo delete|prune` older than this, seconds (default: 7 days); their unused xorbs go with the others",
+    )  # fmt: skip
     gc_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc_cmd.set_defaults(func=_cmd_gc)
+
+    from .commands.store_admin import add_parsers as add_store_admin_parsers
+
+    add_store_admin_parsers(sub, _add_store_flags, _open_store)
 
     copy_cmd = sub.add_parser(
         "copy-index", help="copy a server's index into another (e.g. SQLite in --data into PostgreSQL); stop the servers first"

@@ -112,7 +112,7 @@ class Operator:
         totals = self.history.totals()
         return {
             "totals": {**totals._asdict(), "dedup_saved_bytes": totals.dedup_saved_bytes},
-            "repos": [usage._asdict() for usage in repo_usage(self.app.store.index)],
+            "repos": [usage.as_json() for usage in repo_usage(self.app.store.index)],
             "pushes": [push._asdict() for push in self.history.recent_pushes()],
             "samples": [sample._asdict() for sample in self.history.samples(time.time() - 30 * 24 * 3600)],
             "revoked_tokens": sorted(self.app.store.revoked_token_ids()),

@@ -36,7 +36,7 @@ from ..core import hashes
 from ..core.errors import FormatError
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, XorbLayout, decode_chunk, parse_chunk_records, verify_xorb
-from .errors import Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
+from .errors import Conflict, Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
 from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, NewXorb, ShardRegistration, StoredFile, open_index
 from .objects import DirectoryObjectStore, ObjectStore
 from ..readahead import readahead
@@ -459,13 +459,18 @@ class CasStore:
         if stored.size > READ_AHEAD_ABOVE:
             pieces = readahead(pieces, READ_AHEAD_PIECES, "git-xet-sha256-read")
         since = 0
-        for piece in pieces:
-            for chunk in piece:
-                digest.update(chunk)
-                since += len(chunk)
-            if progress is not None and since >= PROGRESS_STEP:
-                progress(since)
-                since = 0
+        try:
+            for piece in pieces:
+                for chunk in piece:
+                    digest.update(chunk)
+                    since += len(chunk)
+                if progress is not None and since >= PROGRESS_STEP:
+                    progress(since)
+                    since = 0
+        except FileNotFoundError:
+            # gc removed a xorb the file uses since the checks found it indexed (its repository
+            # deleted): the same answer as register_shard's own check gives, not a server error.
+            raise Conflict(f"file {stored.file_hex}: a xorb it uses was collected as unused while this shard was checked; upload it again") from None
         if progress is not None and since:
             progress(since)
         return digest.hexdigest()

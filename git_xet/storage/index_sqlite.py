@@ -90,12 +90,23 @@ CREATE TABLE IF NOT EXISTS locks (        -- Git LFS file locks
     locked_at INTEGER NOT NULL,
     UNIQUE (repo, path)                   -- one lock per path: of racing takers one wins
 );
+CREATE TABLE IF NOT EXISTS trash (        -- deleted repo_files ('' oid) and repo_oids rows, restorable
+    repo TEXT NOT NULL,
+    file TEXT NOT NULL,
+    oid TEXT NOT NULL,
+    deleted_at INTEGER NOT NULL,
+    PRIMARY KEY (repo, file, oid)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS trash_by_file ON trash (file);
+CREATE INDEX IF NOT EXISTS repo_files_by_file ON repo_files (file);
+CREATE INDEX IF NOT EXISTS repo_shards_by_id ON repo_shards (id);
 """
 
-SCHEMA_VERSION = 4  # 4: locks
-# A read-only copy of a version 3 index (a snapshot of a store from before locks) is served as it
-# is: the only difference is the locks table, and a read-only store has no locks to show.
-_READABLE_WITHOUT_LOCKS = 3
+SCHEMA_VERSION = 5  # 4: locks; 5: the trash table (repository deletion with retention)
+# A read-only copy of a version 3 or 4 index (a snapshot of a store from before locks or the
+# trash) is served as it is: those versions only lack tables, and a read-only store has no locks
+# to show and nothing in its trash.
+_OLDEST_READABLE = 3
 # Stripes of xorb_writer_lock: writers of two xorbs wait for each other only when their
 # hashes share a first byte, and then only for an object write.
 XORB_LOCK_STRIPES = 256
@@ -149,7 +160,7 @@ class SqliteIndex:
     def _check_current(self) -> None:
         version = self._connection().execute("PRAGMA user_version").fetchone()[0]
         self._has_locks = version >= 4
-        if version != SCHEMA_VERSION and version != _READABLE_WITHOUT_LOCKS:
+        if not _OLDEST_READABLE <= version <= SCHEMA_VERSION:
             newer = "a newer git-xet: upgrade git-xet" if version > SCHEMA_VERSION else "an older git-xet: open it once with write access to migrate it"
             raise Misconfigured(f"{self.path} (index version {version}) is read-only here and was written by {newer}")
 
@@ -347,9 +358,47 @@ class SqliteIndex:
             db.execute("DELETE FROM locks WHERE id = ?", (lock_id,))
         return lock, True
 
+    # ------------------------------------------------------------------ deletion with retention
+
+    def trash_files(self, repo: str, files: list[str] | None, now: int) -> int:
+        with self._db() as db:
+            if files is None:
+                files = [r[0] for r in db.execute("SELECT file FROM repo_files WHERE repo = ?", (repo,))]
+            moved = 0
+            for file_hex in files:
+                if not db.execute("DELETE FROM repo_files WHERE repo = ? AND file = ?", (repo, file_hex)).rowcount:
+                    continue
+                moved += 1
+                db.execute("INSERT OR IGNORE INTO trash VALUES (?, ?, '', ?)", (repo, file_hex, now))
+                db.execute("INSERT OR IGNORE INTO trash SELECT repo, file, oid, ? FROM repo_oids WHERE repo = ? AND file = ?", (now, repo, file_hex))
+                db.execute("DELETE FROM repo_oids WHERE repo = ? AND file = ?", (repo, file_hex))
+            db.execute("DELETE FROM repo_shards WHERE repo = ?", (repo,))
+            return moved
+
+    def restore_files(self, repo: str) -> int:
+        with self._db() as db:
+            restored = db.execute("INSERT OR IGNORE INTO repo_files SELECT repo, file FROM trash WHERE repo = ? AND oid = ''", (repo,)).rowcount
+            db.execute("INSERT OR IGNORE INTO repo_oids SELECT repo, oid, file FROM trash WHERE repo = ? AND oid != ''", (repo,))
+            db.execute("DELETE FROM trash WHERE repo = ?", (repo,))
+            return restored
+
+    def purge_trash(self, before: int) -> int:
+        # One writer at a time: no registration runs between the check and the removal.
+        with self._db() as db:
+            db.execute("DELETE FROM trash WHERE deleted_at <= ?", (before,))
+            gone = db.execute(
+                "SELECT hash, terms FROM files WHERE NOT EXISTS (SELECT 1 FROM repo_files WHERE file = hash) AND NOT EXISTS (SELECT 1 FROM trash WHERE file = hash)"
+            ).fetchall()
+            for file_hex, blob in gone:
+                db.executemany("DELETE FROM xorb_refs WHERE xorb = ? AND file = ?", [(x, file_hex) for x in xorbs_of(unpack_terms(blob))])
+                db.execute("DELETE FROM files WHERE hash = ?", (file_hex,))
+            db.execute("DELETE FROM shards WHERE NOT EXISTS (SELECT 1 FROM repo_shards WHERE repo_shards.id = shards.id)")
+            return len(gone)
+
     def stats(self) -> dict[str, int]:
         conn = self._connection()
-        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] if t != "locks" or self._has_locks else 0 for t in TABLES}
+        present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] if t in present else 0 for t in TABLES}
 
     def export_rows(self, table: str) -> Iterator[tuple]:
         columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller

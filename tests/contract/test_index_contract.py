@@ -238,7 +238,7 @@ class Model:
         return len(unmapped)
 
     def stats(self) -> dict[str, int]:
-        counts = (self.xorbs, self.files, self.xorb_refs, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked, self.locks)
+        counts = (self.xorbs, self.files, self.xorb_refs, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked, self.locks, ())  # trash: the model deletes nothing
         return dict(zip(TABLES, map(len, counts)))
 
 
