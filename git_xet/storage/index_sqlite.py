@@ -402,8 +402,8 @@ class SqliteIndex:
 
     def export_rows(self, table: str) -> Iterator[tuple]:
         columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller
-        if table == "locks" and not self._has_locks:
-            return
+        if not self._connection().execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone():
+            return  # a read-only snapshot from before the table existed
         yield from self._connection().execute(f"SELECT {', '.join(columns)} FROM {table}")
 
     def import_rows(self, table: str, rows: list[tuple]) -> None:

@@ -620,7 +620,7 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
                 conn.execute("INSERT INTO repo_oids VALUES ('default', %s, %s)", (OIDS[0], file_hex))
                 conn.execute("INSERT INTO shards VALUES ('s1', 10); INSERT INTO repo_shards VALUES ('default', 's1')")
         upgraded = PostgresIndex(url)
-        assert upgraded.schema_version() == len(MIGRATIONS) == 4
+        assert upgraded.schema_version() == len(MIGRATIONS) == 5
     counts = upgraded.stats()
     assert (counts["xorbs"], counts["files"], counts["xorb_refs"], counts["repo_oids"], counts["repo_shards"]) == (2, 1, 1, 1, 1)
     assert upgraded.file_for_oid("default", OIDS[0]) == file_hex and upgraded.get_file(file_hex).terms == terms
@@ -641,11 +641,13 @@ def test_a_read_only_snapshot_from_before_locks_is_served_without_locks(tmp_path
     index.revoke_token("t1", 1)
     with index._db() as db:
         db.execute("DROP TABLE locks")
+        db.execute("DROP TABLE trash")  # (version 5)
         db.execute("PRAGMA user_version = 3")
     index.close()
     snapshot = SqliteIndex(tmp_path / "index.sqlite", read_only=True)
     assert snapshot.revoked_token_ids() == {"t1"} and snapshot.find_locks("default") == []
     assert snapshot.stats()["locks"] == 0 and list(snapshot.export_rows("locks")) == []
+    assert snapshot.stats()["trash"] == 0 and list(snapshot.export_rows("trash")) == []
     snapshot.close()
     migrated = SqliteIndex(tmp_path / "index.sqlite")
     lock = LockRecord("l1", "default", "a.bin", "alice", None, 1)
