@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_xet import fsutil
-from git_xet.fsutil import WRITE_PIECE, atomic_write
+from git_xet.platform import files as fsutil
+from git_xet.platform.files import WRITE_PIECE, atomic_write
 
 
 WRITES: list[int] = []  # sizes of the write() calls the kernel was handed
