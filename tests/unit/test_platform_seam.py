@@ -74,3 +74,13 @@ def test_range_locks_are_per_range(tmp_path: Path) -> None:
         unlock_range(fd, 4)
     finally:
         os.close(fd)
+
+
+def test_no_native_switch_leaves_every_c_extension_unloaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from git_xet.core import checksums, chunking, compression, hashes
+
+    monkeypatch.setenv("GIT_XET_NO_NATIVE", "1")
+    assert chunking._load_native() is None and checksums._load_fast() is None and hashes._load_merge_level() is None
+    assert compression._load_histograms() is compression.lane_popcount_histograms_reference
+    monkeypatch.setenv("GIT_XET_NO_NATIVE", "0")
+    assert chunking._load_native() is not None and checksums._load_fast() is not None  # built by install/test.sh
