@@ -22,6 +22,9 @@ from pathlib import Path
 from types import ModuleType
 
 _WINDOWS_RETRY = 0.05  # seconds between attempts at a held msvcrt lock (it has no blocking wait)
+# Windows' locks are mandatory (a locked byte cannot be read by others): a whole-file lock there
+# is one byte past anything a lock file holds (the server's holds its pid, which others read).
+_WINDOWS_WHOLE_FILE = 0x7FFFFFFF
 
 
 def _msvcrt() -> ModuleType:
@@ -74,7 +77,7 @@ def lock_file(fd: int, *, shared: bool = False, wait: bool = True) -> None:
     try:
         import fcntl
     except ImportError:
-        _windows_lock(fd, 0, 1, wait)
+        _windows_lock(fd, _WINDOWS_WHOLE_FILE, 1, wait)
         return
     fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
 
@@ -83,7 +86,7 @@ def unlock_file(fd: int) -> None:
     try:
         import fcntl
     except ImportError:
-        unlock_range(fd, 0, 1)
+        unlock_range(fd, _WINDOWS_WHOLE_FILE, 1)
         return
     fcntl.flock(fd, fcntl.LOCK_UN)
 

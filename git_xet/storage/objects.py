@@ -75,7 +75,7 @@ class DirectoryObjectStore:
     processes may write at once: the agents of a push into a local store, or a server.
     """
 
-    # Below the allocator's mmap threshold (1 MiB, memory.tune_allocator), with room for the
+    # Below the allocator's mmap threshold (1 MiB, platform.memory.tune_allocator), with room for the
     # bytes object's header: a larger read is a fresh map whose every page faults in (the
     # server's sha256 pass over a stored 256 MiB file took 0.32 s in 16 MiB reads, 0.19 s in
     # these); smaller ones reuse the heap. As large as that allows: a served xorb range costs
