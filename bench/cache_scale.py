@@ -50,7 +50,7 @@ TARGET_SECONDS, TARGET_RSS_MIB = 0.3, 150
 _AGENT = r"""
 import json, os, random, resource, sys, time
 from pathlib import Path
-from git_xet.memory import tune_allocator
+from git_xet.platform.memory import tune_allocator
 from git_xet.client.local_backend import LocalStoreBackend
 from git_xet.client.shard_cache import ShardCache
 from git_xet.pipelines.upload import Uploader

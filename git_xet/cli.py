@@ -705,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["transfer"]:
         # The hot path: git-lfs starts many agents; skip argparse and answer `init` first.
         return _cmd_transfer()
-    from .memory import tune_allocator
+    from .platform.memory import tune_allocator
 
     tune_allocator()
     debug = "--debug" in argv  # hidden: the traceback of an unexpected error

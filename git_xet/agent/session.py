@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..client.errors import NotFoundError, TransferError
-from ..fsutil import atomic_output, atomic_write
+from ..platform.files import atomic_output, atomic_write
 from .endpoints import git_common_dir, git_config
 from .progress import Progress
 from .protocol import Transfer
@@ -60,7 +60,7 @@ def prepare(operation: str) -> None:
     pipeline, the store's client code, git's configuration and the repository's directory (all
     cached for the process). Nothing that holds a connection, a thread or an open database:
     the fork server runs this once, then forks a worker per agent from it (fork_server.py)."""
-    __import__("git_xet.memory")
+    __import__("git_xet.platform.memory")
     __import__("git_xet.pipelines.upload" if operation == "upload" else "git_xet.pipelines.download")
     for module in client_modules():
         __import__(module)
@@ -69,7 +69,7 @@ def prepare(operation: str) -> None:
 
 class AgentSession:
     def __init__(self, remote: str | None = None) -> None:
-        from ..memory import tune_allocator
+        from ..platform.memory import tune_allocator
 
         tune_allocator()
         self.router = StoreRouter(remote)

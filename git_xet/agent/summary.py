@@ -9,7 +9,6 @@ registrations precede any exit: git-lfs sends `terminate` only once its whole qu
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -110,11 +109,12 @@ class PushSummary:
 
     def _append(self, record: dict) -> list[dict]:
         """Append under an exclusive lock; returns this push's records."""
+        from ..platform.locks import lock_file
         from ..private_paths import open_private_append, private_dirs
 
         private_dirs(self.path.parent.parent, self.path.parent.name, own_base=False)  # not .git itself
         with open_private_append(self.path, read=True) as log:
-            fcntl.flock(log, fcntl.LOCK_EX)
+            lock_file(log.fileno())
             log.write(json.dumps(record) + "\n")
             log.flush()
             log.seek(0)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..core.hashes import XetHash, hmac_chunk_hash
 from ..core.shard import NO_EXPIRY, Shard
-from ..fsutil import opening_lock
+from ..platform.locks import opening_lock
 
 if TYPE_CHECKING:
     import tempfile

@@ -17,7 +17,7 @@ from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, parts_of
 from ..core.shard import Shard, parse_shard
 from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
-from ..memory import xorb_range_windows
+from ..platform.memory import xorb_range_windows
 from .backend import UploadStream, upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
 from .http_errors import status_error

@@ -29,9 +29,13 @@ def _config(key: str) -> str | None:
 def checks() -> Iterator[Check]:
     from .. import __version__
     from ..core.chunking import NATIVE_AVAILABLE
+    from ..core.native import native_disabled
 
     yield Check(True, f"git-xet {__version__}")
-    yield Check(NATIVE_AVAILABLE, "native C chunker" if NATIVE_AVAILABLE else "pure-Python chunker (slow)", "reinstall with gcc and Python headers available")
+    if native_disabled():  # asked for: not a fault
+        yield Check(True, "pure-Python chunker (GIT_XET_NO_NATIVE is set: slow, a few MB/s)")
+    else:
+        yield Check(NATIVE_AVAILABLE, "native C chunker" if NATIVE_AVAILABLE else "pure-Python chunker (slow)", "reinstall with gcc and Python headers available")
 
     lfs = run_git("lfs", "version")
     if not lfs.ok:

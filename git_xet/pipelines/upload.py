@@ -34,7 +34,7 @@ from ..core.errors import HashMismatchError
 from ..core.hashes import XetHash, hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES, PackedXorb, XorbBuilder, verify_xorb
-from ..memory import anonymous_buffer
+from ..platform.memory import anonymous_buffer
 from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 
 log = logging.getLogger("git_xet.upload")

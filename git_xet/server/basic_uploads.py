@@ -18,7 +18,6 @@ limited beyond the server's connection limits.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hashlib
 import logging
 import tempfile
@@ -29,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..core import hashes
+from ..platform.locks import lock_file
 from ..storage.cas_store import CasStore
 from .errors import RequestRefused, lfs_error_response
 from .http_io import body_parts
@@ -58,7 +58,7 @@ def remove_abandoned_spools(directory: Path) -> int:
     for path in directory.glob("basic-*.part") if directory.is_dir() else ():
         try:
             with open(path, "rb") as spool:
-                fcntl.flock(spool.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lock_file(spool.fileno(), wait=False)
                 path.unlink()
                 removed += 1
         except (BlockingIOError, FileNotFoundError):  # in use, or removed by another server
@@ -85,7 +85,7 @@ class BasicUploads:
         directory = self.store.root / UPLOAD_DIR
         await in_worker(lambda: directory.mkdir(mode=0o700, exist_ok=True))
         with tempfile.NamedTemporaryFile(dir=directory, prefix="basic-", suffix=".part") as spool:
-            fcntl.flock(spool.fileno(), fcntl.LOCK_EX)  # ours while it exists: see remove_abandoned_spools
+            lock_file(spool.fileno())  # ours while it exists: see remove_abandoned_spools
             try:
                 digest = await self._receive(request, spool)
             except RequestRefused as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 
+from ..platform.locks import lock_file
 from ..storage.errors import StorageError
 from ..storage.objects import DirectoryObjectStore
 from .app import ServerConfig, create_app
@@ -37,12 +38,10 @@ def lock_data_dir(data_dir: Path) -> int | None:
     """Hold `<data>/server.lock` for the life of this process (returns its descriptor), or
     None when another server process holds it: two servers on one data directory would each
     think the other's half-written files abandoned."""
-    import fcntl
-
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir / "server.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock_file(fd, wait=False)
     except BlockingIOError:
         os.close(fd)
         return None

@@ -15,7 +15,6 @@ git-lfs) fsyncs the WAL and with it the xorb rows before it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import threading
@@ -24,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.xorb import XorbLayout
-from ..fsutil import opening_lock
+from ..platform.locks import lock_range, opening_lock, unlock_range
 from .errors import Conflict, Misconfigured, read_only_store
 from .index_base import COLUMNS, DEFAULT_REPO, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 from .sqlite_file import SqliteFile
@@ -211,17 +210,17 @@ class SqliteIndex:
     @contextmanager
     def xorb_writer_lock(self, xorb_hex: str) -> Iterator[None]:
         """One of XORB_LOCK_STRIPES stripes: a thread lock (POSIX record locks do not exclude
-        threads of one process), then a one-byte `lockf` range of `<index>.xorbs.lock` (across
+        threads of one process), then a one-byte range lock (platform/locks.py) of `<index>.xorbs.lock` (across
         processes). Not the write lock: an object write can take a while, and every other
         index write would wait for it."""
         stripe = int(xorb_hex[:2], 16) % XORB_LOCK_STRIPES
         with self._xorb_stripes[stripe]:
             fd = self._xorb_lock_file()
-            fcntl.lockf(fd, fcntl.LOCK_EX, 1, stripe)
+            lock_range(fd, stripe)
             try:
                 yield
             finally:
-                fcntl.lockf(fd, fcntl.LOCK_UN, 1, stripe)
+                unlock_range(fd, stripe)
 
     def _xorb_lock_file(self) -> int:
         """The descriptor xorb_writer_lock's ranges are on, opened once (closing any descriptor

@@ -78,7 +78,7 @@ from git_xet.client.wire import Client
 from git_xet.core.http_headers import SESSION_ID
 from git_xet.core.reconstruction import FetchRange
 from git_xet.core.scattered import ScatteredBytes
-from git_xet.memory import xorb_range_windows
+from git_xet.platform.memory import xorb_range_windows
 from tests.support.counting_server import CountingHandler, CountingServer, serving
 from tests.support.datagen import random_bytes
 
