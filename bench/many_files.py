@@ -20,6 +20,8 @@ old isolated runs, useful for regression tracking against bench/HISTORY.md):
     server   a fresh HOME, server and store per run
     files    the same files (seed 0) in every run (only meaningful with `server`: a server
              that lives across rounds already holds them)
+    fsync    the git-lfs baseline's server fsyncs each object and its directory before it
+             answers (lfs_basic_server.py; by default --no-fsync, as the LFS servers users run)
 
 Besides wall seconds, each phase reports the CPU seconds (user + sys) of the client (git and
 every process it started: git-lfs, the agents) and of the server process (none for the local
@@ -54,13 +56,14 @@ from git_xet.server.workers import default_workers
 from tests.support.server_process import running_server
 
 TOOLS = ("git-lfs", "git-xet", "git-xet-local")
-FACTORS = ("log", "quiet", "notty", "cache", "server", "files")
+FACTORS = ("log", "quiet", "notty", "cache", "server", "files", "fsync")
 KIB = 1024
 
 
 @contextmanager
-def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None = None) -> Iterator[int | None]:
-    """Configure `genv` for `tool`'s remote; yields the server's pid (None: no server)."""
+def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None = None, basic_options: tuple[str, ...] = ()) -> Iterator[int | None]:
+    """Configure `genv` for `tool`'s remote (`basic_options`: lfs_basic_server.py's); yields the
+    server's pid (None: no server)."""
     if tool == "git-xet":
         with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
             genv.git_xet("install", "--standalone", srv.url)
@@ -70,7 +73,7 @@ def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None =
         genv.git_xet("install", "--standalone", str(root / "store"))
         yield None
     else:
-        with plain_lfs_server(root / "lfs-server") as (url, _log, pid):
+        with plain_lfs_server(root / "lfs-server", basic_options) as (url, _log, pid):
             genv.git("lfs", "install")
             genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
             yield pid
@@ -106,7 +109,8 @@ class Session:
         if "cache" not in before:
             env.pop("GIT_XET_CACHE")  # the default, HOME/.cache/git-xet
             env["XDG_CACHE_HOME"] = str(root / "home" / ".cache")  # not the real user's
-        self.server_pid = self._stack.enter_context(remote_for(tool, root, self.genv, server_workers))
+        basic = () if "fsync" in before else ("--no-fsync",)
+        self.server_pid = self._stack.enter_context(remote_for(tool, root, self.genv, server_workers, basic))
 
     def close(self) -> None:
         self._stack.close()
