@@ -124,10 +124,10 @@ def make_handler(root: Path, verify_sha256: bool = False, fsync: bool = True) ->
                     os.fsync(directory)
                 finally:
                     os.close(directory)
+            record("PUT", self.path, length, 0)  # before the answer: whoever reads the log after it finds the line
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
-            record("PUT", self.path, length, 0)
 
         def do_GET(self) -> None:
             oid = self.path.rsplit("/", 1)[-1]
