@@ -30,7 +30,8 @@ CPU figures much less.
 
 Per-object costs dominate here (requests, git subprocesses, fsyncs, agent work), not bytes:
 the targets are git-xet within 1.5x of git-lfs through the server and 1.2x through the local
-store, each object still durable before git-lfs is told it is complete.
+store, each of git-xet's objects still durable before git-lfs is told it is complete (the
+baseline's server, like the Gitea a user runs, answers before its file is synced).
 """
 
 from __future__ import annotations
