@@ -190,6 +190,7 @@ def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int | 
         summary["tools"][tool]["cpu"] = {
             phase: {measure: median([run[phase][measure] for run in runs]) for measure in MEASURES[1:]} for phase in PHASES
         }
+        summary["tools"][tool]["rounds"] = runs  # in order: whether the lasting server, store and cache slow later rounds
     if "git-lfs" in results:
         base_runs = results["git-lfs"]
         for tool in results:
