@@ -28,12 +28,14 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import NamedTuple
 
+from ..core.errors import XetError
+
 # A repo id as the server's routes take it: ns/name, datasets/ns/name, spaces/ns/name.
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,95}")
 _GIT_COMMANDS = {"git-upload-pack": "read", "git-upload-archive": "read", "git-receive-pack": "write"}
 
 
-class Refused(Exception):
+class Refused(XetError):
     """Why the request is not served; the message goes to the client's stderr."""
 
 
