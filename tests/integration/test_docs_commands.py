@@ -13,18 +13,17 @@ import stat
 import subprocess
 import tempfile
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 
 from tests.support.datagen import random_bytes
 from tests.support.docs_blocks import ROOT, block, run_block, substitute
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.postgres_process import Postgres
 from tests.support.server_process import running_server
+from tests.support.processes import stop_process, wait_for_health
 
 
 def _free_port() -> int:
@@ -54,23 +53,10 @@ def _server_from_block(page: str, name: str, mapping: dict[str, str], env: dict[
         assert proc.stdout is not None
         url = proc.stdout.readline().decode().strip()
         assert url.startswith("http://"), f"docs/{page} {name!r} did not start: {log.read_text(errors='replace')[-2000:]}"
-        for _ in range(300):
-            assert proc.poll() is None, f"the server exited: {log.read_text(errors='replace')[-2000:]}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("the server never answered /health")
+        wait_for_health(url, proc, lambda: log.read_text(errors="replace")[-2000:])
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)
 
 
 def _clone_and_compare(genv: GitEnv, remote: Path, expected: dict[str, bytes], where: str) -> None:
@@ -324,15 +310,7 @@ def test_production_service_as_the_page_sets_it_up(tmp_path: Path) -> None:
                 stdout=subprocess.PIPE, stderr=err, env=service_env, cwd="/", preexec_fn=lambda: os.umask(0o077),
             )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            assert proc.poll() is None, f"the service exited ({proc.returncode}): {log.read_text(errors='replace')[-3000:]}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("the service never answered /health")
+        wait_for_health(url, proc, lambda: log.read_text(errors="replace")[-3000:], timeout=60)
         secret = data / "secret"
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600
         assert secret.stat().st_uid == int(subprocess.run(["id", "-u", SERVICE_USER], capture_output=True, text=True, check=True).stdout)
@@ -347,8 +325,7 @@ def test_production_service_as_the_page_sets_it_up(tmp_path: Path) -> None:
         _clone_and_compare(user, user.root / "remote.git", files, "copy")
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop_process(proc, grace=30)
         _remove_service_user()
         shutil.rmtree(prefix, ignore_errors=True)
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from tests.support.processes import stop_process
 
 
 def sshd_binary() -> str:
@@ -78,9 +79,4 @@ def running_sshd(root: Path, authorized: Path, key: Path, path_env: str) -> Iter
                 time.sleep(0.05)
         yield RunningSshd(port, getpass.getuser(), key, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)
