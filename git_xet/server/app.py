@@ -135,7 +135,7 @@ class CasApp:
         self._running_lock = threading.Lock()
         self.receive_buffers = ReceiveBuffers()
         self.upload_streams = UploadStreams(self.store.xorb_pieces)
-        self.history: History = open_history(config.index_url, config.data_dir, writable=not self.store.read_only)
+        self.history: History = open_history(config.index_url, config.data_dir, writable=not self.store.read_only, index=self.store.index)
 
     async def revoked(self) -> frozenset[str]:
         """Revoked token ids, re-read from the index at most once a second (`git xet token

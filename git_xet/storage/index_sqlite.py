@@ -195,6 +195,11 @@ class SqliteIndex:
         """A write transaction (SqliteFile.transaction)."""
         return self._file.transaction(synced)
 
+    def unsynced_transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A write transaction on this index's own writer, durable with the next synced commit:
+        for best-effort rows in tables of others that share this database (storage/history.py)."""
+        return self._file.transaction(synced=False)
+
     def close(self) -> None:
         self._file.close()
         if self._xorb_lock_fd is not None:
