@@ -113,29 +113,74 @@ def test_file_chunk_hashes_is_scoped_like_every_read(server: RunningServer, tmp_
     assert no_header.status_code == 400 and "X-Range-Dirty" in no_header.text
 
 
-def test_hfjs_range_edit_of_a_growing_csv_uploads_about_the_edit(server: RunningServer, tmp_path: Path) -> None:
-    base = csv_rows(0, 400_000, 61)  # about 16 MiB
-    middle = len(base) // 2
-    middle = base.index(b"\n", middle) + 1
-    inserted = csv_rows(10_000_000, 50, 62)
-    appended = csv_rows(400_000, 2_000, 63)
-    edited = base[:middle] + inserted + base[middle:] + appended
-    paths = _write(tmp_path, {"base.csv": base, "inserted": inserted, "appended": appended})
-    first = hfjs_peer.direct_upload([paths["base.csv"]], _endpoint(server))
-    base_hex = first.direct[0]["xet_hash"]
+def _edit(server: RunningServer, tmp_path: Path, name: str, base_hex: str, base: bytes, splices: list[tuple[int, bytes]]) -> tuple[str, dict]:
+    """huggingface.js commits an "edit" of a stored file (inserts at offsets); returns the new
+    file's hash and what the server saw meanwhile (requests, xorb bytes in, xorb bytes read)."""
+    jobs = []
+    for i, (at, data) in enumerate(splices):
+        path = tmp_path / f"{name}.insert{i}"
+        path.write_bytes(data)
+        jobs.append([at, at, str(path)])
+    new = bytearray(base)
+    for at, data in sorted(splices, reverse=True):
+        new[at:at] = data
     logged_before = len(_access_log(server))
-
-    splices = [[middle, middle, str(paths["inserted"])], [len(base), len(base), str(paths["appended"])]]
-    edit = hfjs_peer.run({"edit": [{"name": "edited.csv", "hash": base_hex, "size": len(base), "splices": splices}]}, _endpoint(server))
-    assert edit.commit["lfs_files"] == [{"path": "edited.csv", "algo": "sha256", "size": len(edited), "oid": hashlib.sha256(edited).hexdigest()}]
-    asked = [r for r in edit.requests if r.startswith("GET /v2/file-chunk-hashes/")]
-    assert asked and all(r.endswith(" 200") for r in asked), edit.requests
-
+    edit = hfjs_peer.run({"edit": [{"name": name, "hash": base_hex, "size": len(base), "splices": jobs}]}, _endpoint(server))
+    assert edit.commit["lfs_files"] == [{"path": name, "algo": "sha256", "size": len(new), "oid": hashlib.sha256(bytes(new)).hexdigest()}]
     during = _access_log(server)[logged_before:]
-    sent = sum(int(line["bytes_in"]) for line in during if line["path"].startswith("/v1/xorbs/"))
-    print(f"range edit of a {len(base)}-byte CSV (+{len(inserted)} in the middle, +{len(appended)} at the end): {sent} xorb bytes sent")
-    assert sent < 2 << 20, f"{sent} bytes of xorbs for an edit of {len(inserted) + len(appended)} bytes"
+    seen = {
+        "asked": [r for r in edit.requests if r.startswith("GET /v2/file-chunk-hashes/")],
+        "sent": sum(int(line["bytes_in"]) for line in during if line["path"].startswith("/v1/xorbs/")),
+        "read": sum(int(line["bytes_out"]) for line in during if line["path"].startswith("/v1/xorb-data/")),
+    }
+    print(f"edit {name}: {len(base)} -> {len(new)} bytes; xorb bytes sent {seen['sent']}, read back {seen['read']}; range-edit answers {seen['asked']}")
+    return _xet_hashes(server, {name: (edit.commit["lfs_files"][0]["oid"], len(new))})[name], seen
 
-    xet = _xet_hashes(server, {"edited.csv": (edit.commit["lfs_files"][0]["oid"], len(edited))})
-    passed = _read_back(server, tmp_path, {"edited.csv": edited}, xet, readers=("ours", "hf-xet"))
-    assert passed == {"ours": 1, "hf-xet": 1}
+
+def _stored_bytes(server: RunningServer, file_hex: str) -> tuple[int, int]:
+    """Stored (compressed) bytes of a file's xorb ranges: all of them, and its last term's."""
+    plan = httpx.get(f"{server.url}/v1/reconstructions/{file_hex}", headers=bearer(server.token("read", repo=REPO)), timeout=30).json()
+    ranges = [f["url_range"] for fs in plan["fetch_info"].values() for f in fs]
+    last = plan["terms"][-1]
+    last_ranges = [f["url_range"] for f in plan["fetch_info"][last["hash"]] if f["range"]["start"] <= last["range"]["start"] < f["range"]["end"]]
+    return sum(r["end"] - r["start"] + 1 for r in ranges), sum(r["end"] - r["start"] + 1 for r in last_ranges)
+
+
+def test_hfjs_range_edits_of_a_growing_csv_read_and_send_about_the_edit(server: RunningServer, tmp_path: Path) -> None:
+    """A CSV that grows by appends (each a range edit), then gets rows inserted in the middle.
+    huggingface.js snaps edits to whole terms of the stored file: with this route an append
+    re-chunks only the file's last term (it still reads the whole file once, for its sha256);
+    without it (a 404) it reads and re-chunks the whole file again."""
+    versions = [csv_rows(0, 120_000, 61)]  # about 4.5 MB
+    paths = _write(tmp_path, {"v0.csv": versions[0]})
+    hexes = [hfjs_peer.direct_upload([paths["v0.csv"]], _endpoint(server)).direct[0]["xet_hash"]]
+    seen = []
+    for k in range(1, 4):
+        rows = csv_rows(120_000 + 20_000 * (k - 1), 20_000, 61 + k)  # about 0.75 MB each
+        file_hex, step = _edit(server, tmp_path, f"v{k}.csv", hexes[-1], versions[-1], [(len(versions[-1]), rows)])
+        versions.append(versions[-1] + rows)
+        hexes.append(file_hex)
+        seen.append(step)
+    middle = versions[-1].index(b"\n", len(versions[0]) // 2) + 1
+    inserted = csv_rows(10_000_000, 50, 70)
+    file_hex, step = _edit(server, tmp_path, "v4.csv", hexes[-1], versions[-1], [(middle, inserted)])
+    versions.append(versions[-1][:middle] + inserted + versions[-1][middle:])
+    hexes.append(file_hex)
+    seen.append(step)
+
+    for step in seen:
+        assert step["asked"] and all(r.endswith(" 200") for r in step["asked"])
+    # Sent: an append re-uploads the file's last term (huggingface.js re-chunks it and its dedup
+    # asks only for 1 chunk in 1024) and its own rows; the same with or without this route.
+    for k, step in enumerate(seen[:3], start=1):
+        _, last = _stored_bytes(server, hexes[k - 1])
+        assert step["sent"] <= last + len(versions[k]) - len(versions[k - 1]) + (64 << 10)
+    # What an append reads back: the whole file once (huggingface.js needs its sha256, the Git LFS
+    # oid) and the file's last term again to re-chunk it; without the route, the whole file twice.
+    for k in (2, 3):
+        whole, last = _stored_bytes(server, hexes[k - 1])
+        print(f"append v{k}: read {seen[k - 1]['read']} bytes; the stored file is {whole} bytes, its last term {last}")
+        assert seen[k - 1]["read"] <= whole + 2 * last
+    assert seen[3]["sent"] < _stored_bytes(server, hexes[3])[0] // 2
+    passed = _read_back(server, tmp_path, {"v4.csv": versions[-1], "v2.csv": versions[2]}, {"v4.csv": hexes[-1], "v2.csv": hexes[2]}, readers=("ours", "hf-xet"))
+    assert passed == {"ours": 2, "hf-xet": 2}
