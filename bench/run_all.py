@@ -206,6 +206,10 @@ def summarize(results: dict[str, dict]) -> str:
         for phase, (what, target) in names.items():
             o, b = w["tools"]["git-xet"][phase]["seconds"], w["tools"]["git-lfs"][phase]["seconds"]
             rows.append(_row(what, f"{o:.2f}", f"git-lfs basic {b:.2f}", o / b, f"<= {target}" if target else "", o <= target * b if target else None))
+        ranged = w["tools"]["git-xet"].get("clone_ranged_basic")
+        if ranged is not None:
+            o, r = w["tools"]["git-xet"]["clone"]["seconds"], ranged["seconds"]
+            rows.append(_row(f"{link}: clone {w['file_mib']} MiB vs 8 ranged basic GETs (s)", f"{o:.2f}", f"ranged basic {r:.2f}", o / r, "<= 1.0", o <= r))
         proxy = max(t[p]["proxy_cpu_per_s"] for t in w["tools"].values() for p in names)
         rows.append(_row("shaping proxy CPU, busiest phase (% of one core)", f"{100 * proxy:.0f}", "", None, "", None))
     return "\n".join(rows)
