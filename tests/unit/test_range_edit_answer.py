@@ -24,7 +24,13 @@ from git_xet.core.merkle_subtree import MerkleSubtree
 from git_xet.core.reconstruction import Reconstruction, Term
 from git_xet.core.shard import FileTerm
 from git_xet.core.xorb import XorbLayout
+from git_xet.pipelines.file_hashing import hash_bytes
+from git_xet.server.errors import RequestRefused
+from git_xet.server.file_chunk_hashes import answer as file_chunk_hashes_answer
 from git_xet.server.reconstruction import wants_chunk_byte_sizes, with_chunk_byte_sizes
+from git_xet.storage.cas_store import CasStore
+from tests.support.datagen import random_bytes
+from tests.support.objects import single_xorb, whole_xorb_file_shard
 
 STABLE = 2 * MIN_CHUNK_SIZE  # the smallest stable chunk size, as xet-core's tests use
 
@@ -223,3 +229,46 @@ def test_chunk_byte_sizes_are_each_terms_chunk_sizes_in_order() -> None:
 )
 def test_chunk_byte_sizes_only_when_asked(query: dict[str, str], wanted: bool) -> None:
     assert wants_chunk_byte_sizes(query) is wanted
+
+
+# ---------------------------------------------------------------- against a store
+
+
+@pytest.fixture
+def stored_file(tmp_path):
+    """A 600 KB file stored in a real CasStore for repo `a/one`: (store, file hex, data)."""
+    store = CasStore(tmp_path / "store")
+    data = random_bytes(600_000, 5)
+    built, digest = single_xorb(data)
+    store.put_xorb(built.layout().xorb_hex, built.body)
+    digest = hash_bytes(data, with_sha256=True)
+    store.register_shard(whole_xorb_file_shard(digest, built.xorb_hash), repo="a/one")
+    try:
+        yield store, hashes.hash_to_hex(digest.file_hash), data
+    finally:
+        store.close()
+
+
+def test_the_answer_covers_the_stored_file_and_only_its_repo_sees_it(stored_file) -> None:
+    store, file_hex, data = stored_file
+    before = store.stats()
+    body = file_chunk_hashes_answer(store, "a/one", file_hex, "bytes=1000-2000")
+    assert body["fileSize"] == len(data) and body["totalChunks"] == len(hash_bytes(data).chunk_hashes)
+    assert body["windows"][0]["dirtyByteRange"][0] == 0 and len(body["hashRanges"]) == 2
+    for repo, name in (("b/two", file_hex), ("a/one", "ab" * 32)):
+        with pytest.raises(RequestRefused) as refused:
+            file_chunk_hashes_answer(store, repo, name, "bytes=1000-2000")
+        assert refused.value.status == 404
+    assert store.stats() == before
+
+
+def test_a_file_over_the_chunk_cap_is_refused_with_what_to_do(stored_file) -> None:
+    store, file_hex, data = stored_file
+    chunks = len(hash_bytes(data).chunk_hashes)
+    assert file_chunk_hashes_answer(store, "a/one", file_hex, "bytes=0-0", max_chunks=chunks)["totalChunks"] == chunks
+    with pytest.raises(RequestRefused) as refused:
+        file_chunk_hashes_answer(store, "a/one", file_hex, "bytes=0-0", max_chunks=chunks - 1)
+    assert refused.value.status == 413 and "upload the edited file whole" in refused.value.message
+    with pytest.raises(RequestRefused) as refused:
+        file_chunk_hashes_answer(store, "a/one", file_hex, None)
+    assert refused.value.status == 400 and "X-Range-Dirty" in refused.value.message
