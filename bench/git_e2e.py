@@ -42,6 +42,7 @@ from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
 BASIC_SERVERS: dict[str, tuple[str, ...]] = {"git-lfs": (), "git-lfs-checked": ("--verify-sha256",)}  # tool -> lfs_basic_server.py options
+RANGED_CLONE = "clone_ranged_basic"  # git-xet's server, cloned as upstream's git-xet design would (ranged_basic.py)
 PHASE_KEYS = ("seconds", "client_cpu", "server_cpu", "bytes_in", "bytes_out", "agent_peak_rss_mib")
 
 
@@ -58,22 +59,23 @@ def plain_lfs_server(data: Path, options: tuple[str, ...] = ()) -> Iterator[tupl
 
 
 @contextmanager
-def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_workers: int | None = None) -> Iterator[tuple[RequestLog, int]]:
+def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_workers: int | None = None) -> Iterator[tuple[RequestLog, int, tuple[str, str] | None]]:
     """Configure `genv` (global git config of a temp HOME) to push LFS objects with `tool`;
     with `agent_rss`, each agent's peak RSS is appended to that file. Yields the server's
-    request log and process id."""
+    request log, its process id and, for git-xet, its URL and a read token (for the ranged
+    basic baseline)."""
     if tool == "git-xet":
         with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             if agent_rss is not None:
                 record_agent_rss(genv, agent_rss)
-            yield RequestLog(srv.data_dir.parent / "server.log"), srv.process.pid
+            yield RequestLog(srv.data_dir.parent / "server.log"), srv.process.pid, (srv.url, srv.token("read"))
     else:
         with plain_lfs_server(root / "lfs-server", BASIC_SERVERS[tool]) as (url, log, pid):
             genv.git("lfs", "install")
             genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
-            yield log, pid
+            yield log, pid, None
 
 
 def run_tool(tool: str, root: Path, sources: list[Path], *, clones: int = 1, agent_rss: bool = False, server_workers: int | None = None) -> dict[str, list[dict]]:
@@ -86,7 +88,7 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clones: int = 1, age
     genv = make_git_env(root)
     env = genv.env
     rss_file = root / "agent-rss.txt" if agent_rss and tool == "git-xet" else None
-    with tool_remote(tool, root, genv, rss_file, server_workers) as (log, server_pid):
+    with tool_remote(tool, root, genv, rss_file, server_workers) as (log, server_pid, xet_server):
         work = lfs_repo_with(genv, root, sources)
         result: dict[str, list[dict]] = {}
 
@@ -112,6 +114,14 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clones: int = 1, age
             for src in sources:
                 if subprocess.run(["cmp", "-s", str(src), str(clone / src.name)], check=False).returncode:
                     raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
+        if xet_server is not None:  # the same clones by upstream's design: ranged GETs of the basic URL
+            for _ in range(clones):
+                shutil.rmtree(clone, ignore_errors=True)
+                url, token = xet_server
+                phase(RANGED_CLONE, [sys.executable, str(Path(__file__).parent / "ranged_basic.py"), "--url", url, "--token", token, "--remote", str(root / "remote.git"), "--dest", str(clone)], root)
+                for src in sources:
+                    if subprocess.run(["cmp", "-s", str(src), str(clone / src.name)], check=False).returncode:
+                        raise RuntimeError(f"ranged basic: the clone's {src.name} differs from what was pushed")
         edit_file(work / sources[0].name, seed=7)
         genv.git("commit", "-qam", "v2", cwd=work)
         phase("push_v2", ["git", "push", "-q", "origin", "main"], work)
@@ -149,8 +159,10 @@ def phase_medians(runs: list[dict[str, list[dict]]]) -> dict[str, dict]:
     """Per phase, the median of each measurement over every time the phase ran, in every run
     (each of a repeat's clones counts once), with every run's seconds, lowest first."""
     medians: dict[str, dict] = {}
-    for phase in ("push", "clone", "push_v2"):
+    for phase in ("push", "clone", "push_v2", RANGED_CLONE):
         samples = [sample for run in runs for sample in run.get(phase, [])]
+        if phase == RANGED_CLONE and not samples:  # git-xet's server only, and only with clones
+            continue
         medians[phase] = {key: median([sample[key] for sample in samples]) for key in PHASE_KEYS}
         medians[phase]["all_seconds"] = sorted(sample["seconds"] for sample in samples)
     return medians
@@ -172,6 +184,10 @@ def print_table(summary: dict) -> None:
         for peer in (t for t in tools if t != "git-xet" and "git-xet" in tools):
             ours, theirs = tools["git-xet"][phase], tools[peer][phase]
             print(f"{'':<9}{'ratio':<16}{ours['seconds'] / theirs['seconds']:>9.2f}   (git-xet / {peer} time)")
+    if RANGED_CLONE in tools.get("git-xet", {}):
+        ours, theirs = tools["git-xet"]["clone"], tools["git-xet"][RANGED_CLONE]
+        print(f"{'clone':<9}{'ranged basic':<16}{theirs['seconds']:>9.2f}{total / theirs['seconds']:>8.0f}{theirs['client_cpu']:>11.2f}{theirs['server_cpu']:>11.2f}{theirs['bytes_out'] / MIB:>10.1f}{'-':>10}")
+        print(f"{'':<9}{'ratio':<16}{ours['seconds'] / theirs['seconds']:>9.2f}   (git-xet / upstream's 8 ranged basic GETs, same server)")
 
 
 def main() -> int:

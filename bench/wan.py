@@ -36,6 +36,7 @@ from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
 PHASES = ("push", "clone", "push_v2", "push_small", "clone_small")
+RANGED_CLONE = "clone_ranged_basic"  # git-xet's server only: upstream's download design (ranged_basic.py)
 
 
 @contextmanager
@@ -58,18 +59,19 @@ def shaping_proxy(target_url: str, mbit: float, rtt_ms: float, max_seconds: floa
 
 
 @contextmanager
-def shaped_remote(tool: str, root: Path, genv: GitEnv, mbit: float, rtt_ms: float) -> Iterator[int]:
-    """Point `genv`'s git at `tool`'s fresh server through a shaping proxy; yields the proxy pid."""
+def shaped_remote(tool: str, root: Path, genv: GitEnv, mbit: float, rtt_ms: float) -> Iterator[tuple[int, tuple[str, str] | None]]:
+    """Point `genv`'s git at `tool`'s fresh server through a shaping proxy; yields the proxy pid
+    and, for git-xet, the proxy's URL and a read token (for the ranged basic baseline)."""
     if tool == "git-xet":
         with running_server(root / "server" / "data") as srv, shaping_proxy(srv.url, mbit, rtt_ms, 3600) as (url, pid):
             genv.git_xet("install", "--standalone", url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
-            yield pid
+            yield pid, (url, srv.token("read"))
     else:
         with plain_lfs_server(root / "lfs-server") as (server_url, _log, _pid), shaping_proxy(server_url, mbit, rtt_ms, 3600) as (url, pid):
             genv.git("lfs", "install")
             genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
-            yield pid
+            yield pid, None
 
 
 def _new_repo(genv: GitEnv, work: Path, remote: Path, files: list[Path]) -> None:
@@ -92,7 +94,7 @@ def _same_files(files: list[Path], clone: Path, tool: str) -> None:
 def run_tool(tool: str, root: Path, big: Path, small: list[Path], mbit: float, rtt_ms: float) -> dict:
     genv = make_git_env(root)
     result: dict = {}
-    with shaped_remote(tool, root, genv, mbit, rtt_ms) as proxy_pid:
+    with shaped_remote(tool, root, genv, mbit, rtt_ms) as (proxy_pid, ranged):
 
         def phase(name: str, cmd: list[str], cwd: Path) -> None:
             cpu0 = process_cpu(proxy_pid)
@@ -104,6 +106,11 @@ def run_tool(tool: str, root: Path, big: Path, small: list[Path], mbit: float, r
         phase("push", ["git", "push", "-q", "origin", "main"], work)
         phase("clone", ["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root)
         _same_files([big], root / "clone", tool)
+        if ranged is not None:  # the same clone by upstream's git-xet design: ranged GETs of the basic URL
+            url, token = ranged
+            cmd = [sys.executable, str(Path(__file__).parent / "ranged_basic.py"), "--url", url, "--token", token, "--remote", str(root / "remote.git"), "--dest", str(root / "clone-ranged")]
+            phase(RANGED_CLONE, cmd, root)
+            _same_files([big], root / "clone-ranged", "ranged basic")
         edit_file(work / big.name, seed=7)
         genv.git("commit", "-qam", "v2", cwd=work)
         phase("push_v2", ["git", "push", "-q", "origin", "main"], work)
@@ -147,7 +154,8 @@ def run(mbit: float, rtt_ms: float, file_mib: int, small_files: int, repeats: in
                 "seconds": median([run[phase]["seconds"] for run in runs]),
                 "proxy_cpu_per_s": max(run[phase]["proxy_cpu_per_s"] for run in runs),
             }
-            for phase in PHASES
+            for phase in (*PHASES, RANGED_CLONE)
+            if all(phase in run for run in runs)
         }
     return summary
 
@@ -166,6 +174,9 @@ def print_table(summary: dict) -> None:
         o, b = tools["git-xet"][phase], tools["git-lfs"][phase]
         proxy = max(o["proxy_cpu_per_s"], b["proxy_cpu_per_s"])
         print(f"{phase:<12}{o['seconds']:>10.2f}{b['seconds']:>10.2f}{o['seconds'] / b['seconds']:>7.2f}{'<= ' + str(TARGETS[phase]):>8}{100 * proxy:>10.0f}%")
+    if RANGED_CLONE in tools["git-xet"]:
+        o, r = tools["git-xet"]["clone"], tools["git-xet"][RANGED_CLONE]
+        print(f"clone: git-xet {o['seconds']:.2f} s, upstream's 8 ranged basic GETs to the same server {r['seconds']:.2f} s, ratio {o['seconds'] / r['seconds']:.2f}")
 
 
 def main() -> int:

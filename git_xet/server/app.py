@@ -53,9 +53,10 @@ from .errors import RangeNotSatisfiable, RequestRefused, error_frame, exception_
 from .grants import GrantMode, Grants
 from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResponse, read_body
 from .http_guard import BODY_INTO, SEND_FILE, BodySink
+from .file_chunk_hashes import file_chunk_hashes_routes
 from .hub import HubEmulation, hub_routes
 from .locks import LockApi, lock_routes
-from .reconstruction import parse_range_header, with_signed_urls
+from .reconstruction import parse_range_header, wants_chunk_byte_sizes, with_chunk_byte_sizes, with_signed_urls
 from .upload_streams import StreamRef, UploadStreams, parse_header, stream_ref
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
 from .worker_threads import in_worker, in_worker_holding
@@ -240,7 +241,7 @@ class CasApp:
         ttl = min(self.config.url_ttl, BUCKET_URL_MAX_TTL) if unrevocable else self.config.url_ttl
         return min(int(now) + ttl, claims.exp)
 
-    def _plan(self, claims: Claims, file_hex: str, range_header: str | None, base: str, version: int) -> tuple[StoredFile, dict | None]:
+    def _plan(self, claims: Claims, file_hex: str, range_header: str | None, base: str, version: int, sizes: bool = False) -> tuple[StoredFile, dict | None]:
         """Blocking part of a reconstruction (SQLite, planning, signing thousands of URLs for a
         big file): run in a worker thread. The plan's JSON, or None for a range past the end.
         Each URL grants exactly one planned byte range of one xorb, no longer than `claims` may
@@ -254,7 +255,8 @@ class CasApp:
             return stored, None
         except ValueError as exc:
             raise RequestRefused(400, str(exc)) from None
-        plan = plan_reconstruction(stored.terms, self.store.layouts_for(stored), byte_range)
+        layouts = self.store.layouts_for(stored)
+        plan = plan_reconstruction(stored.terms, layouts, byte_range)
         now = time.time()
         bucket = self.object_bucket
         if bucket is not None:
@@ -270,13 +272,14 @@ class CasApp:
                 sig = self.signer.sign_range(xorb, start, end, exp, claims.id)
                 return f"{base}/v1/xorb-data/{xorb}?{urlencode({'r': f'{start}-{end}', 'exp': exp, 't': claims.id, 'sig': sig})}"
 
-        return stored, with_signed_urls(plan, make_url).to_json(version)
+        body = with_signed_urls(plan, make_url).to_json(version)
+        return stored, with_chunk_byte_sizes(body, plan, layouts) if sizes else body
 
     async def reconstruction(self, request: Request) -> Response:
         claims = await self.authorize(request, "read")
         file_hex = _hash_param(request, "file")
         version = 2 if request.url.path.startswith("/v2/") else 1
-        args = (claims, file_hex, request.headers.get("range"), self.base_url(request), version)
+        args = (claims, file_hex, request.headers.get("range"), self.base_url(request), version, wants_chunk_byte_sizes(request.query_params))
         stored, body = await in_worker(self._plan, *args)
         if body is None:
             return Response(status_code=416, headers={"Content-Range": f"bytes */{stored.size}"})
@@ -635,7 +638,7 @@ def create_app(config: ServerConfig) -> Starlette:
     hub = HubEmulation(app)
 
     starlette = Starlette(
-        routes=_routes(app) + hub_routes(hub) + lock_routes(LockApi(app)) + operator_routes(Operator(app, app.history)),
+        routes=_routes(app) + file_chunk_hashes_routes(app) + hub_routes(hub) + lock_routes(LockApi(app)) + operator_routes(Operator(app, app.history)),
         exception_handlers={kind: _counting_errors(handler, metrics.storage_error) for kind, handler in exception_handlers().items()},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..core.reconstruction import Reconstruction
+from ..core.xorb import XorbLayout
 from .errors import RangeNotSatisfiable
 
 
@@ -37,3 +38,18 @@ def parse_range_header(value: str | None, size: int) -> tuple[int, int]:
 def with_signed_urls(plan: Reconstruction, make_url: Callable[[str, int, int], str]) -> Reconstruction:
     """The plan with each fetch range given its signed URL."""
     return plan._replace(fetches=tuple(f._replace(url=make_url(f.xorb, f.byte_start, f.byte_end)) for f in plan.fetches))
+
+
+def wants_chunk_byte_sizes(query: Mapping[str, str]) -> bool:
+    """`?chunk_byte_sizes=true`: the client (hf-xet's newer clients) wants each term's chunk sizes.
+    Other query parameters are ignored, as before."""
+    return query.get("chunk_byte_sizes", "").lower() in ("true", "1")
+
+
+def with_chunk_byte_sizes(body: dict, plan: Reconstruction, layouts: Mapping[str, XorbLayout]) -> dict:
+    """The reconstruction JSON with `chunk_byte_sizes` on every term: the decoded size of each
+    chunk of the term's range, in order (xet-core's `XorbReconstructionTerm.chunk_byte_sizes`,
+    a `Vec<u32>`), so a client can cut a later range read to whole chunks without asking again."""
+    for term_json, term in zip(body["terms"], plan.terms, strict=True):
+        term_json["chunk_byte_sizes"] = list(layouts[term.xorb].chunk_sizes[term.chunk_start : term.chunk_end])
+    return body
