@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import httpcore
 import httpx
 
 from ..core.scattered import OutgoingBytes, ScatteredBytes
@@ -48,6 +49,12 @@ from .http_types import (
 if TYPE_CHECKING:
     import ssl
 
+# httpcore reads a connection 64 KiB at a time (HTTP11Connection.READ_NUM_BYTES, a class
+# constant); a xorb range is up to 64 MiB. Reading 256 KiB per call cut the client's CPU for
+# fetching the ranges of a 256 MiB file from `git xet serve` on 127.0.0.1 from 0.59 to 0.44 s:
+# a quarter less per-piece work in h11 and httpcore (httpcore is httpx's own transport).
+READ_PIECE = 256 << 10
+httpcore.HTTP11Connection.READ_NUM_BYTES = READ_PIECE
 SEND_PIECE = 256 << 10  # parts of a body smaller than this are joined up to about this size
 MAX_REDIRECTS = 10
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
