@@ -243,6 +243,10 @@ class HttpClient(Protocol):
     @property
     def timeouts(self) -> Timeouts: ...
 
+    def __enter__(self) -> HttpClient: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
     def request(
         self,
         method: str,
