@@ -19,6 +19,8 @@ class OptionalBuildExt(build_ext):
             print(f"warning: git_xet C extension not built ({exc}); using pure Python")
 
     def build_extension(self, ext: Extension) -> None:
+        # -O3 is gcc's and clang's spelling; MSVC's cl takes /O2 (and warns about -O3).
+        ext.extra_compile_args = ["/O2"] if self.compiler.compiler_type == "msvc" else ["-O3"]
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
@@ -30,11 +32,10 @@ setup(
         Extension(
             "git_xet.core._gearhash",
             sources=["git_xet/core/_gearhash.c"],
-            extra_compile_args=["-O3"],
         ),
-        Extension("git_xet.core._crc64", sources=["git_xet/core/_crc64.c"], extra_compile_args=["-O3"]),
-        Extension("git_xet.core._bg4", sources=["git_xet/core/_bg4.c"], extra_compile_args=["-O3"]),
-        Extension("git_xet.core._merkle", sources=["git_xet/core/_merkle.c"], extra_compile_args=["-O3"]),
+        Extension("git_xet.core._crc64", sources=["git_xet/core/_crc64.c"]),
+        Extension("git_xet.core._bg4", sources=["git_xet/core/_bg4.c"]),
+        Extension("git_xet.core._merkle", sources=["git_xet/core/_merkle.c"]),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -11,7 +11,7 @@ open the cache the way an agent does (`Uploader(backend, ShardCache(...))`) and 
 
 - open: seconds from before that constructor to after the first index lookup;
 - peak RSS of that process (interpreter and imports included), alone and with N agents at once;
-- lookup cost (a miss, and a hit on a random cached xorb's key chunk) and that key chunks of
+- lookup cost (a miss, and a hit on a random cached xorb's chunk) and that the chunks of
   the oldest and the newest xorbs are both found (dedup reaches the whole history);
 - with --upload-mib, the upload speed of that many MiB of fresh data (chunk, probe, pack, store
   locally) against the same upload with an empty cache: the index is on the hot path.
@@ -50,8 +50,7 @@ TARGET_SECONDS, TARGET_RSS_MIB = 0.3, 150
 _AGENT = r"""
 import json, os, random, resource, sys, time
 from pathlib import Path
-from git_xet.memory import tune_allocator
-from git_xet.client.chunk_index import is_key_chunk
+from git_xet.platform.memory import tune_allocator
 from git_xet.client.local_backend import LocalStoreBackend
 from git_xet.client.shard_cache import ShardCache
 from git_xet.pipelines.upload import Uploader
@@ -76,14 +75,13 @@ if xorbs:
     out["probe_miss_us"] = (time.perf_counter() - t) / len(misses) * 1e6
     hits = []
     for k in rng.sample(range(xorbs), min(xorbs, 200)):
-        hits += [h for h in chunks_of(k) if is_key_chunk(h)][:20]
+        hits += rng.sample(chunks_of(k), 20)
     t = time.perf_counter()
     found = sum(up._index.probe(h) is not None for h in hits)
     out["probe_hit_us"] = (time.perf_counter() - t) / len(hits) * 1e6
     out["hits_found"] = f"{found}/{len(hits)}"
     for name, k in (("oldest", 0), ("newest", xorbs - 1)):
-        keys = [(i, h) for i, h in enumerate(chunks_of(k)) if is_key_chunk(h)]
-        ok = all((f := up._index.probe(h)) is not None and f[1] == i for i, h in keys)
+        ok = all((f := up._index.probe(h)) is not None and f[1] == i for i, h in enumerate(chunks_of(k)))
         out[f"{name}_xorb_found"] = ok
 if upload_mib:
     rng = random.Random(f"upload {os.getpid()}")  # data new to every store and cache

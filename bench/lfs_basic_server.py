@@ -2,7 +2,7 @@
 git-lfs is compared against. Not part of git-xet; it exists so the benchmark measures stock
 git-lfs on the same machine, over the same loopback, in the same run.
 
-    python bench/lfs_basic_server.py DATA_DIR [--verify-sha256]   # prints its URL, then serves
+    python bench/lfs_basic_server.py DATA_DIR [--verify-sha256] [--no-fsync]   # prints its URL, then serves
 
 Every repository path shares one object store under DATA_DIR/objects. Each request's body
 size is appended to DATA_DIR/requests.jsonl so the benchmark can count bytes sent.
@@ -10,6 +10,9 @@ size is appended to DATA_DIR/requests.jsonl so the benchmark can count bytes sen
 An upload is answered only once it is durable (the object file fsynced, renamed into place,
 the directory fsynced), as a real LFS server's would be and as git-xet's stores are: a
 baseline that acknowledges bytes still in the page cache would flatter git-lfs.
+With --no-fsync it answers once the file is renamed into place, unsynced, as the LFS servers
+users run do: Gitea's local storage (modules/storage/local.go: a temp file, io.Copy, Close,
+Rename) and git-lfs's own test server (objects in memory).
 
 It stores what it is sent under the oid in the URL without checking it: the baseline the push
 target in the README was set against ("it only streams bytes"). With --verify-sha256 it hashes each
@@ -36,7 +39,7 @@ _OID = re.compile(r"^[0-9a-f]{64}$")
 _COPY = 1 << 20
 
 
-def make_handler(root: Path, verify_sha256: bool = False) -> type[BaseHTTPRequestHandler]:
+def make_handler(root: Path, verify_sha256: bool = False, fsync: bool = True) -> type[BaseHTTPRequestHandler]:
     objects = root / "objects"
     objects.mkdir(parents=True, exist_ok=True)
     record_lock = threading.Lock()
@@ -103,7 +106,7 @@ def make_handler(root: Path, verify_sha256: bool = False) -> type[BaseHTTPReques
                     if digest is not None:
                         digest.update(block)
                     left -= len(block)
-                if not left:
+                if not left and fsync:
                     out.flush()
                     os.fsync(out.fileno())
             if left:
@@ -115,15 +118,16 @@ def make_handler(root: Path, verify_sha256: bool = False) -> type[BaseHTTPReques
                 record("PUT", self.path, length, self._json(422, {"message": f"the body's sha256 is {digest.hexdigest()}, not its oid"}))
                 return
             os.replace(tmp, objects / oid)
-            directory = os.open(objects, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            if fsync:
+                directory = os.open(objects, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+            record("PUT", self.path, length, 0)  # before the answer: whoever reads the log after it finds the line
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
-            record("PUT", self.path, length, 0)
 
         def do_GET(self) -> None:
             oid = self.path.rsplit("/", 1)[-1]
@@ -147,8 +151,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path)
     parser.add_argument("--verify-sha256", action="store_true", help="refuse an upload whose sha256 is not its oid")
+    parser.add_argument("--no-fsync", action="store_true", help="answer an upload once its file is renamed into place, unsynced, as Gitea's local storage does")
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(args.data, args.verify_sha256))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(args.data, args.verify_sha256, fsync=not args.no_fsync))
     print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()
     return 0

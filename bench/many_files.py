@@ -1,16 +1,37 @@
 """Many small LFS files: `git push` and a fresh `git clone` of one commit holding `--files` files
 of 4-64 KiB, through git-xet into `git xet serve`, through git-xet into a local directory store,
-and through stock git-lfs `basic` to a plain LFS server, same files, same run.
+and through stock git-lfs `basic` to a plain LFS server, in the same run.
 
-    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local] [--server-workers 2] [--json OUT]
+    python bench/many_files.py [--files 1000] [--repeats 3] [--tools git-lfs,git-xet,git-xet-local,git-xet-native] [--server-workers 2] [--as-before FACTORS|all] [--json OUT]
+
+By default it does what a user timing the tools does: each tool has one HOME, one server (or
+local store) and one shard cache (HOME/.cache/git-xet) that live across the rounds and grow;
+each round is a new repository of new random files (seed = round), pushed with `git push` and
+cloned with `git clone` on a terminal (under util-linux `script`, so git-lfs draws its meter and
+the agent writes its notices and push summary to /dev/tty), with neither $GIT_XET_LOG nor
+$GIT_XET_QUIET set. The tools take turns, each round in the other order.
+
+`--as-before` brings back what the bench did before, factor by factor (`all`: every one, the
+old isolated runs, useful for regression tracking against bench/HISTORY.md):
+    log      $GIT_XET_LOG set: the agents log at DEBUG to a file
+    quiet    $GIT_XET_QUIET=1: no terminal notices
+    notty    no terminal (output to files), `git push -q`, `git clone -q`
+    cache    a fresh, empty shard cache per run
+    server   a fresh HOME, server and store per run
+    files    the same files (seed 0) in every run (only meaningful with `server`: a server
+             that lives across rounds already holds them)
+    fsync    the git-lfs baseline's server fsyncs each object and its directory before it
+             answers (lfs_basic_server.py; by default --no-fsync, as the LFS servers users run)
 
 Besides wall seconds, each phase reports the CPU seconds (user + sys) of the client (git and
 every process it started: git-lfs, the agents) and of the server process (none for the local
-store, whose agents do the storing).
+store, whose agents do the storing). Wall time moves with whatever else the machine runs; the
+CPU figures much less.
 
 Per-object costs dominate here (requests, git subprocesses, fsyncs, agent work), not bytes:
 the targets are git-xet within 1.5x of git-lfs through the server and 1.2x through the local
-store, each object still durable before git-lfs is told it is complete.
+store, each of git-xet's objects still durable before git-lfs is told it is complete (the
+baseline's server, like the Gitea a user runs, answers before its file is synced).
 """
 
 from __future__ import annotations
@@ -18,11 +39,12 @@ from __future__ import annotations
 import argparse
 import compileall
 import random
+import shlex
 import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,23 +56,33 @@ from tests.support.gitenv import GitEnv, make_git_env
 from git_xet.server.workers import default_workers
 from tests.support.server_process import running_server
 
-TOOLS = ("git-lfs", "git-xet", "git-xet-local")
+TOOLS = ("git-lfs", "git-xet", "git-xet-local", "git-xet-native")
+DEFAULT_TOOLS = TOOLS[:3]  # git-xet-native (install --native against the Hub emulation): on request
+FACTORS = ("log", "quiet", "notty", "cache", "server", "files", "fsync")
 KIB = 1024
 
 
 @contextmanager
-def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None = None) -> Iterator[int | None]:
-    """Configure `genv` for `tool`'s remote; yields the server's pid (None: no server)."""
+def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None = None, basic_options: tuple[str, ...] = ()) -> Iterator[int | None]:
+    """Configure `genv` for `tool`'s remote (`basic_options`: lfs_basic_server.py's); yields the
+    server's pid (None: no server)."""
     if tool == "git-xet":
         with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             yield srv.process.pid
+    elif tool == "git-xet-native":  # `install --native`: our agent's own LFS batch calls to the server's Hub emulation
+        with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
+            genv.git_xet("install", "--native", srv.url)
+            token = srv.token("write", repo="bench/many")
+            genv.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
+            genv.git("config", "--global", "lfs.url", f"{srv.url}/bench/many.git/info/lfs")
+            yield srv.process.pid
     elif tool == "git-xet-local":
         genv.git_xet("install", "--standalone", str(root / "store"))
         yield None
     else:
-        with plain_lfs_server(root / "lfs-server") as (url, _log, pid):
+        with plain_lfs_server(root / "lfs-server", basic_options) as (url, _log, pid):
             genv.git("lfs", "install")
             genv.git("config", "--global", "lfs.url", f"{url}/bench.git/info/lfs")
             yield pid
@@ -70,26 +102,56 @@ PHASES = ("push", "clone")
 MEASURES = ("seconds", "client_cpu", "server_cpu")
 
 
-def run_tool(tool: str, root: Path, sources: list[Path], server_workers: int | None = None) -> dict[str, dict[str, float]]:
-    genv = make_git_env(root)
-    commands = {
-        "push": (["git", "push", "-q", "origin", "main"], None),
-        "clone": (["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root),
-    }
+class Session:
+    """One tool's user: a HOME (its git config, and its shard cache unless `cache` is as before)
+    and a running server or store, for one run (`server` as before) or every round."""
+
+    def __init__(self, tool: str, root: Path, before: frozenset[str], server_workers: int | None) -> None:
+        self.tool, self.root, self.before = tool, root, before
+        self._stack = ExitStack()
+        self.genv = make_git_env(root)
+        env = self.genv.env
+        if "log" not in before:
+            env.pop("GIT_XET_LOG")
+        if "quiet" not in before:
+            env.pop("GIT_XET_QUIET")
+        if "cache" not in before:
+            env.pop("GIT_XET_CACHE")  # the default, HOME/.cache/git-xet
+            env["XDG_CACHE_HOME"] = str(root / "home" / ".cache")  # not the real user's
+        basic = () if "fsync" in before else ("--no-fsync",)
+        self.server_pid = self._stack.enter_context(remote_for(tool, root, self.genv, server_workers, basic))
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def command(self, phase: str, run_root: Path) -> list[str]:
+        quiet = ["-q"] if "notty" in self.before else []
+        cmd = ["git", "push", *quiet, "origin", "main"] if phase == "push" else ["git", "clone", *quiet, str(run_root / "remote.git"), str(run_root / "clone")]
+        if "notty" in self.before:
+            return cmd
+        return ["script", "-qec", shlex.join(cmd), "/dev/null"]  # a pseudo-terminal, as tests/integration/test_cli_config.py's _on_a_terminal
+
+
+def run_round(session: Session, run_root: Path, sources: list[Path]) -> dict[str, dict[str, float]]:
+    """Push a new repository of `sources` and clone it: {phase: {measure: value}}."""
+    genv = session.genv
+    if "cache" in session.before:
+        genv.env["GIT_XET_CACHE"] = str(run_root / "xet-cache")
+    run_root.mkdir(parents=True, exist_ok=True)
+    work = lfs_repo_with(genv, run_root, sources)
     measured: dict[str, dict[str, float]] = {}
-    with remote_for(tool, root, genv, server_workers) as server_pid:
-        work = lfs_repo_with(genv, root, sources)
-        for phase in PHASES:
-            cmd, cwd = commands[phase]
-            server0 = process_cpu(server_pid) if server_pid else 0.0
-            client0 = children_cpu()
-            wall = timed(cmd, cwd=cwd or work, env=genv.env, stderr_to=root / f"{phase}.stderr")["seconds"]
-            client = children_cpu() - client0
-            server = process_cpu(server_pid) - server0 if server_pid else 0.0
-            measured[phase] = {"seconds": wall, "client_cpu": client, "server_cpu": server}
-        for src in sources:
-            if (root / "clone" / src.name).read_bytes() != src.read_bytes():
-                raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
+    for phase in PHASES:
+        cwd = work if phase == "push" else run_root
+        pid = session.server_pid
+        server0 = process_cpu(pid) if pid else 0.0
+        client0 = children_cpu()
+        wall = timed(session.command(phase, run_root), cwd=cwd, env=genv.env, stderr_to=run_root / f"{phase}.stderr")["seconds"]
+        client = children_cpu() - client0
+        server = process_cpu(pid) - server0 if pid else 0.0
+        measured[phase] = {"seconds": wall, "client_cpu": client, "server_cpu": server}
+    for src in sources:
+        if (run_root / "clone" / src.name).read_bytes() != src.read_bytes():
+            raise RuntimeError(f"{session.tool}: the clone's {src.name} differs from what was pushed")
     return measured
 
 
@@ -103,24 +165,40 @@ def compile_bytecode() -> None:
     compileall.compile_dir(Path(git_xet.__file__).parent, quiet=1)
 
 
-def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int | None = None) -> dict:
+def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int | None = None, before: frozenset[str] = frozenset()) -> dict:
     compile_bytecode()
     results: dict[str, list[dict[str, dict[str, float]]]] = {t: [] for t in tools}
-    with tempfile.TemporaryDirectory(prefix="git-xet-bench-files-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="git-xet-bench-files-") as tmp, ExitStack() as lasting:
         base = Path(tmp)
-        sources = make_files(base / "sources", files)
+        sessions: dict[str, Session] = {}
+        if "server" not in before:
+            for tool in tools:
+                sessions[tool] = Session(tool, base / tool, before, server_workers)
+                lasting.callback(sessions[tool].close)
         for r in range(repeats):
+            seed = 0 if "files" in before else r
+            directory = base / f"sources-{seed}"
+            sources = sorted(directory.iterdir()) if directory.exists() else make_files(directory, files, seed)
             order = tools if r % 2 == 0 else tuple(reversed(tools))
             for tool in order:
-                root = base / f"{tool}-{r}"
-                results[tool].append(run_tool(tool, root, sources, server_workers))
-                shutil.rmtree(root, ignore_errors=True)
-    summary: dict = {"files": files, "repeats": repeats, "server_workers": server_workers or default_workers(), "machine": machine(), "tools": {}}
+                if "server" in before:
+                    session = Session(tool, base / f"{tool}-{r}", before, server_workers)
+                    try:
+                        results[tool].append(run_round(session, session.root / "run", sources))
+                    finally:
+                        session.close()
+                    shutil.rmtree(session.root, ignore_errors=True)
+                else:
+                    run_root = sessions[tool].root / f"round-{r}"
+                    results[tool].append(run_round(sessions[tool], run_root, sources))
+                    shutil.rmtree(run_root, ignore_errors=True)  # the repositories; the server, store and cache stay
+    summary: dict = {"files": files, "repeats": repeats, "server_workers": server_workers or default_workers(), "as_before": sorted(before), "machine": machine(), "tools": {}}
     for tool, runs in results.items():
         summary["tools"][tool] = {phase: median([run[phase]["seconds"] for run in runs]) for phase in PHASES}
         summary["tools"][tool]["cpu"] = {
             phase: {measure: median([run[phase][measure] for run in runs]) for measure in MEASURES[1:]} for phase in PHASES
         }
+        summary["tools"][tool]["rounds"] = runs  # in order: whether the lasting server, store and cache slow later rounds
     if "git-lfs" in results:
         base_runs = results["git-lfs"]
         for tool in results:
@@ -133,7 +211,8 @@ def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int | 
 
 def print_table(summary: dict) -> None:
     workers = summary.get("server_workers", 1)
-    print(f"{summary['files']} LFS files of 4-64 KiB, push and fresh clone, median of {summary['repeats']}; server workers: {workers}; {summary['machine']}")
+    before = ", ".join(summary.get("as_before", [])) or "none (as a user)"
+    print(f"{summary['files']} LFS files of 4-64 KiB, push and fresh clone, median of {summary['repeats']}; server workers: {workers}; as before: {before}; {summary['machine']}")
     print(f"{'tool':<15}{'push s':>8}{'clone s':>9}{'push ratio':>12}{'clone ratio':>13}   CPU s, client + server: push / clone")
     for tool, m in summary["tools"].items():
         ratio = m.get("ratio", {})
@@ -143,18 +222,31 @@ def print_table(summary: dict) -> None:
         print(f"{tool:<15}{m['push']:>8.2f}{m['clone']:>9.2f}{push_r:>12}{clone_r:>13}   {cpu}")
 
 
+def parse_factors(text: str) -> frozenset[str]:
+    """`--as-before`'s comma list (or `all`) as a set of FACTORS; ValueError names an unknown one."""
+    chosen = set(FACTORS) if text.strip() == "all" else {f.strip() for f in text.split(",") if f.strip()}
+    if unknown := chosen - set(FACTORS):
+        raise ValueError(f"unknown --as-before factors: {', '.join(sorted(unknown))} (known: {', '.join(FACTORS)}, or all)")
+    return frozenset(chosen)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--tools", default=",".join(DEFAULT_TOOLS), help=f"of {','.join(TOOLS)}")
     parser.add_argument("--server-workers", type=int, default=default_workers(), help="git xet serve --workers (default: its default, %(default)s here)")
+    parser.add_argument("--as-before", default="", metavar="FACTORS", help=f"what the bench did before, factor by factor ({', '.join(FACTORS)}) or all")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)
     if unknown := set(tools) - set(TOOLS):
         parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
-    summary = run(args.files, args.repeats, tools, args.server_workers)
+    try:
+        before = parse_factors(args.as_before)
+    except ValueError as exc:
+        parser.error(str(exc))
+    summary = run(args.files, args.repeats, tools, args.server_workers, before)
     print_table(summary)
     write_json(args.json, summary)
     return 0

@@ -41,7 +41,7 @@ from tests.support.server_process import running_server  # noqa: E402
 _OURS = r"""
 import sys, json, os
 from pathlib import Path
-from git_xet.memory import tune_allocator
+from git_xet.platform.memory import tune_allocator
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.client.shard_cache import ShardCache

@@ -180,6 +180,12 @@ def _cmd_clone(args: argparse.Namespace) -> int:
     return _report_git_config("clone", lambda: clone(args.url, args.directory, args.store, args.origin))
 
 
+def _cmd_setup_repo(args: argparse.Namespace) -> int:
+    from .commands.setup_repo import setup_repo
+
+    return _report_git_config("setup-repo", lambda: setup_repo(args.url))
+
+
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from .commands.migrate import MigrationError, migrate
 
@@ -222,7 +228,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"git-xet serve: the server needs extra packages ({exc.name}); from a git-xet checkout run: {sys.executable} -m pip install '.[server]' (install/install.sh includes it)", file=sys.stderr)
         return 1
-    limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections)
+    limits = Limits(args.header_timeout, args.max_header_bytes, args.idle_timeout, args.max_connections, args.keep_alive_timeout)
     return serve(
         args.data, args.host, args.port, args.public_url, args.url_ttl, args.log_level, args.cas_token_ttl,
         args.upload_grants, limits, args.index, args.secret_file, objects=args.objects, workers=args.workers,
@@ -270,15 +276,26 @@ def _cmd_token(args: argparse.Namespace) -> int:
             return 1
         print(f"git-xet: revoked token {token_id} and every CAS token minted from it (servers notice within a second)")
         return 0
-    token, claims = signer.mint_user(args.scope, args.ttl, args.repo)
+    try:
+        token, claims = signer.mint_user(args.scope, args.ttl, args.repo, user=args.user or "")
+    except ValueError as exc:
+        print(f"git-xet token: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         import json
 
-        print(json.dumps({"accessToken": token, "exp": claims.exp, "id": claims.id, "repo": claims.repo, "scope": claims.scope}))
+        print(json.dumps({"accessToken": token, "exp": claims.exp, "id": claims.id, "repo": claims.repo, "scope": claims.scope, "user": claims.owner}))
     else:
         print(token)
-        print(f"git-xet: token {claims.id} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --revoke {claims.id}` and this command's --data/--index", file=sys.stderr)
+        print(f"git-xet: token {claims.id} for {claims.owner} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --revoke {claims.id}` and this command's --data/--index", file=sys.stderr)
     return 0
+
+
+def _cmd_lfs_authenticate(args: argparse.Namespace) -> int:
+    from .commands.lfs_authenticate import Grant, run
+
+    grant = Grant(args.user, args.repo, args.scope)
+    return run(args.data, args.secret_file, args.url, grant, args.ttl, args.git_root, args.log)
 
 
 def _not_a_server_data_dir(data: Path) -> str | None:
@@ -382,13 +399,29 @@ def _cmd_fsck(args: argparse.Namespace) -> int:
     return 0 if len(report.problems) == len(report.repaired) else 1
 
 
+def _add_store_flags(parser: argparse.ArgumentParser) -> None:
+    """--data/--index/--objects, as fsck and gc take them (the server's)."""
+    parser.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
+    parser.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
+    parser.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
+
+
 def _cmd_gc(args: argparse.Namespace) -> int:
     from .storage.admin import collect_garbage
+    from .storage.history import open_history
+    from .storage.retention import purge
 
     store = _open_store(args, "gc")
     if store is None:
         return 1
+    history = None if args.dry_run else open_history(args.index, args.data)
+    stored_before = history.totals().stored_bytes if history is not None else 0
+    if not args.dry_run:
+        purged = purge(store.index, args.retention)
+        print(f"git-xet gc: {purged} files deleted more than {args.retention:g} s ago unregistered")
     removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
+    if history is not None:  # the run and what it freed, for /metrics and the admin page
+        history.record_sample("gc", max(0, stored_before - history.totals().stored_bytes))
     store.close()
     for key in removed:
         print(f"{'would remove' if args.dry_run else 'removed'}: {key}")
@@ -524,6 +557,10 @@ def build_parser() -> argparse.ArgumentParser:
     clone_cmd.add_argument("--origin", default="origin", help="name of the remote (default: origin)")
     clone_cmd.set_defaults(func=_cmd_clone)
 
+    setup_cmd = sub.add_parser("setup-repo", help="make a `git xet serve` this repository's LFS endpoint for everyone (writes .lfsconfig)")
+    setup_cmd.add_argument("url", metavar="URL", help="the repository on the server, e.g. https://xet.example.com/acme/models")
+    setup_cmd.set_defaults(func=_cmd_setup_repo)
+
     help_cmd = sub.add_parser("help", help="show help for git-xet or one of its commands")
     help_cmd.add_argument("topic", nargs="?", metavar="COMMAND")
     help_cmd.add_argument("--man", action="store_true", help="print the manual page (roff), as install/install.sh installs it")
@@ -566,6 +603,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--idle-timeout", type=float, default=60.0, help="seconds an upload or download may make no progress")
     serve.add_argument("--max-connections", type=int, default=512, help="open connections beyond this get 503 (per worker)")
     serve.add_argument(
+        "--keep-alive-timeout",
+        type=_seconds_at_least(1, "a client needs time to send its next request on a kept-alive connection"),
+        default=75,
+        help="seconds a kept-alive connection may wait for its next request (default 75: longer than load balancers' "
+        "and clients' own idle limits)",
+    )
+    serve.add_argument(
         "--workers",
         type=_at_least_one,
         default=None,
@@ -590,8 +634,16 @@ def build_parser() -> argparse.ArgumentParser:
     gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     gc_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
+    gc_cmd.add_argument(
+        "--retention", type=float, default=7 * 24 * 3600,
+        help="first end the retention of `git xet repo delete|prune` older than this, seconds (default: 7 days); their unused xorbs go with the others",
+    )  # fmt: skip
     gc_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc_cmd.set_defaults(func=_cmd_gc)
+
+    from .commands.store_admin import add_parsers as add_store_admin_parsers
+
+    add_store_admin_parsers(sub, _add_store_flags, _open_store)
 
     copy_cmd = sub.add_parser(
         "copy-index", help="copy a server's index into another (e.g. SQLite in --data into PostgreSQL); stop the servers first"
@@ -612,14 +664,30 @@ def build_parser() -> argparse.ArgumentParser:
     token = sub.add_parser("token", help="mint (or revoke) a user token for a server")
     token.add_argument("--data", type=_nonempty_path, help="the server's data directory (its secret and SQLite index, unless given otherwise)")
     _add_shared_flags(token)
-    token.add_argument("--scope", choices=["read", "write"], default="write")
+    token.add_argument("--scope", choices=["read", "write", "admin"], default="write", help="write also reads; admin also writes and force-unlocks others' locks")
+    token.add_argument("--user", help="who the token acts as: the owner of its locks (default: token:ID, the token itself)")
     token.add_argument("--ttl", type=int, default=90 * 24 * 3600, help="lifetime in seconds (default: 90 days)")
     token.add_argument(
-        "--repo", default="default", help="the one repo the token acts on: ns/name, datasets/ns/name, spaces/ns/name (default: default)"
+        "--repo", default="default", help="the repo the token acts on: ns/name, datasets/ns/name, spaces/ns/name, or every repo of a namespace: ns/* (default: default)"
     )
     token.add_argument("--revoke", metavar="ID_OR_TOKEN", help="revoke a user token (by its id or the token itself) and its CAS tokens")
-    token.add_argument("--json", action="store_true", help='print {"accessToken", "exp", "id", "repo", "scope"}')
+    token.add_argument("--json", action="store_true", help='print {"accessToken", "exp", "id", "repo", "scope", "user"}')
     token.set_defaults(func=_cmd_token)
+
+    ssh_cmd = sub.add_parser("lfs-authenticate", help="sshd's forced command for a user's key: git-lfs-authenticate (and git) over SSH (see docs/server.md)")
+    ssh_cmd.add_argument("--data", type=_nonempty_path, help="the server's data directory (its secret), unless $GIT_XET_SERVER_SECRET or --secret-file")
+    ssh_cmd.add_argument("--secret-file", type=_nonempty_path, help="the server's secret")
+    ssh_cmd.add_argument("--url", required=True, help="the server's public URL (its --public-url)")
+    ssh_cmd.add_argument("--user", required=True, help="who holds this key (logged)")
+    ssh_cmd.add_argument("--repo", action="append", required=True, help="a repo the user may use: ns/name, with * per segment (repeatable)")
+    ssh_cmd.add_argument("--scope", choices=["read", "write"], default="write", help="the most the user may do (default: write)")
+    ssh_cmd.add_argument(
+        "--ttl", type=_seconds_at_least(MIN_CAS_TOKEN_TTL, "git-lfs drops answers that expire within 5 s"), default=3600,
+        help="lifetime of the tokens handed out, seconds (default: 1 hour)",
+    )  # fmt: skip
+    ssh_cmd.add_argument("--git-root", type=_nonempty_path, help="serve git too: bare repositories at GIT_ROOT/REPO.git")
+    ssh_cmd.add_argument("--log", type=_nonempty_path, help="append one line per request (user, repo, token id) to this file")
+    ssh_cmd.set_defaults(func=_cmd_lfs_authenticate)
     return parser
 
 
@@ -637,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["transfer"]:
         # The hot path: git-lfs starts many agents; skip argparse and answer `init` first.
         return _cmd_transfer()
-    from .memory import tune_allocator
+    from .platform.memory import tune_allocator
 
     tune_allocator()
     debug = "--debug" in argv  # hidden: the traceback of an unexpected error

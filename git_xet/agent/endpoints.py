@@ -15,12 +15,15 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from ..core.errors import XetError
 from ..core.http_headers import bearer
 from ..gitcmd import config_list_scoped, run_git
+
+if TYPE_CHECKING:
+    from ..client.ssh_authenticate import SshRemote
 
 
 class ConfigError(XetError):
@@ -233,6 +236,20 @@ def lfs_endpoint(remote: str | None) -> str:
         )
     url = url.rstrip("/")
     return (url if url.endswith(".git") else url + ".git") + "/info/lfs"
+
+
+def ssh_remote(remote: str | None, operation: str) -> SshRemote | None:
+    """Where git-lfs runs git-lfs-authenticate for `remote`, as git-lfs picks it: an ssh
+    remote.<r>.lfsurl or lfs.url, else (no LFS URL set) the remote's pushurl for uploads or its
+    url; None when the LFS endpoint is not reached over SSH."""
+    from ..client.ssh_authenticate import parse_ssh_remote
+
+    remote = remote or "origin"
+    explicit = lfs_config(f"remote.{remote}.lfsurl") or lfs_config("lfs.url")
+    if explicit:
+        return parse_ssh_remote(explicit)
+    url = (operation == "upload" and git_config(f"remote.{remote}.pushurl")) or git_config(f"remote.{remote}.url")
+    return parse_ssh_remote(url) if url else None
 
 
 def origin(url: str) -> str:

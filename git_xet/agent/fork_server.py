@@ -17,8 +17,9 @@ import threading
 import traceback
 from typing import TYPE_CHECKING, NoReturn
 
-from ..processes import die_with_parent
-from .handover import FORMAT, GO, HANDOVER_WAIT, IDLE_EXIT, MAX_REQUEST, READY, REFUSED, STARTED, STATUS, STDIO, identity, peer_uid
+from ..platform.local_sockets import peer_uid
+from ..platform.parent_death import die_with_parent
+from .handover import FORMAT, GO, HANDOVER_WAIT, IDLE_EXIT, MAX_REQUEST, READY, REFUSED, STARTED, STATUS, STDIO, identity
 from .lineage import adopt
 from .protocol import Init
 from .stdio import InputLines, ProtocolOut

@@ -29,8 +29,9 @@ How:
   itself, as it always did. The server stops when the agent that forked it is done (that agent
   then waits for it, and it for its workers), dies with it if it is killed, and stops taking
   requests after IDLE_EXIT seconds without one.
-Linux only (abstract sockets, /proc, SO_PEERCRED); elsewhere, with no git-lfs process above the
-agent, or with GIT_XET_FORK_SERVER=0, each agent serves itself.
+Linux only (platform/local_sockets.py: abstract sockets, SO_PEERCRED, fork); elsewhere, with
+GIT_XET_PORTABLE=1 or GIT_XET_FORK_SERVER=0, or with no git-lfs process above the agent, each
+agent serves itself.
 
 The agent's side imports only C modules (_socket, marshal, _struct): socket.py would import
 enum, ~10 ms per agent.
@@ -44,6 +45,7 @@ import os
 import sys
 from _struct import Struct
 
+from ..platform import local_sockets
 from .lineage import lfs_process_id
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms per agent start
@@ -60,7 +62,6 @@ HANDOVER_WAIT = 10.0  # seconds an agent waits for the server's answer before se
 IDLE_EXIT = 60.0  # seconds without a request after which the server takes no more (and ends with its workers)
 MAX_REQUEST = 1 << 20
 FORMAT = 1  # of the request; a server of another git-xet refuses a request it cannot read
-_CREDENTIALS = Struct("3i")  # struct ucred: pid, uid, gid
 STDIO = Struct("3i")  # stdin, stdout (ProtocolOut's: fd 1 is stderr's copy), stderr, as SCM_RIGHTS carries them
 
 # The server's and the worker's answers to an agent; the agent's commitment.
@@ -73,17 +74,13 @@ def identity(init: Init) -> tuple:
 
 
 def address(lfs_process: str, operation: str) -> bytes:
-    return f"\0git-xet-agents/{os.getuid()}/{lfs_process}/{operation}".encode()
-
-
-def peer_uid(sock: _socket.socket) -> int:
-    return _CREDENTIALS.unpack(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _CREDENTIALS.size))[1]
+    return local_sockets.address(f"{lfs_process}/{operation}")
 
 
 def serve_handed_over(init: Init, lines: InputLines, out: ProtocolOut, serve: Serve, prepare: Prepare) -> int:
     """Serve this agent's objects: by a worker of this command's fork server (started here if
     no agent has started it) when one takes them, else here, with `serve`. The exit status."""
-    if not sys.platform.startswith("linux") or os.environ.get("GIT_XET_FORK_SERVER") == "0":
+    if not local_sockets.available() or os.environ.get("GIT_XET_FORK_SERVER") == "0":
         return serve(lines, out, init.remote)
     lfs_process = lfs_process_id()
     if lfs_process is None:
@@ -100,7 +97,7 @@ def serve_handed_over(init: Init, lines: InputLines, out: ProtocolOut, serve: Se
 
 def _start_server(where: bytes, init: Init, out: ProtocolOut, serve: Serve, prepare: Prepare) -> int | None:
     """Fork the server if no agent of this command has (the socket's name is free): its pid."""
-    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    listener = local_sockets.seqpacket()
     try:
         listener.bind(where)
         listener.listen(64)
@@ -134,12 +131,12 @@ def _stop_server(pid: int) -> None:
 
 def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: ProtocolOut) -> int | None:
     """The exit status of the worker that served this agent; None if none did (nor read its stdin)."""
-    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    conn = local_sockets.seqpacket()
     started = False
     try:
         conn.settimeout(HANDOVER_WAIT)
         conn.connect(where)
-        if peer_uid(conn) != os.getuid():
+        if local_sockets.peer_uid(conn) != os.getuid():
             return None
         request = marshal.dumps((FORMAT, identity(init), lfs_process, lines.unread()))
         conn.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, STDIO.pack(0, out.fileno(), 2))])

@@ -23,20 +23,23 @@
 # Whether the git-lfs process above may be pruning (0) or surely is not (1). Its argv is read
 # with its NUL separators dropped: a loose match, which Python (platform/processes.py) settles.
 may_prune() {
-    [ -r "/proc/$PPID/stat" ] || return 0 # no /proc: Python tells
+    [ -r /proc/self/stat ] || return 0 # no /proc: Python tells
     pid=$PPID
     for _ in 1 2 3 4; do
+        # pid 0: a parent outside this pid namespace; 1: init. Neither is git-lfs, and /proc/0
+        # does not exist (a shell prints its failed redirection on stderr: kept quiet below).
+        [ "$pid" -gt 1 ] 2>/dev/null || return 1
         # (the shell's `read` takes a byte per system call: comm, a short line, before stat)
-        IFS= read -r name <"/proc/$pid/comm" || return 1
+        { IFS= read -r name <"/proc/$pid/comm"; } 2>/dev/null || return 1
         case $name in
         git-lfs*)
             args=
-            IFS= read -r args <"/proc/$pid/cmdline" || [ -n "$args" ] || return 1 # (no newline)
+            { IFS= read -r args <"/proc/$pid/cmdline"; } 2>/dev/null || [ -n "$args" ] || return 1 # (no newline)
             case $args in *prune* | *fetch*-*p*) return 0 ;; esac
             return 1
             ;;
         esac
-        IFS= read -r stat <"/proc/$pid/stat" || return 1
+        { IFS= read -r stat <"/proc/$pid/stat"; } 2>/dev/null || return 1
         set -- ${stat##*\) } # the fields after the name: state, ppid, ...
         pid=$2
     done

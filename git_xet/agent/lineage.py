@@ -13,12 +13,13 @@ from ..platform.processes import git_lfs_ancestor
 _adopted: str | None = None
 
 
-def lfs_process_id() -> str | None:
+def lfs_process_id(may_spawn: bool = False) -> str | None:
     """`<pid>-<start time>` of the git-lfs process above this one, or None when there is none
-    or the OS cannot tell without starting a process (everywhere but Linux)."""
+    or the OS cannot tell; without /proc (macOS, BSD) only when `may_spawn` lets it ask `ps`,
+    which costs a process start: the fork server's socket does without, a push summary not."""
     if _adopted is not None:
         return _adopted
-    found = git_lfs_ancestor(with_argv=False, may_spawn=False)  # (no `ps` per agent elsewhere)
+    found = git_lfs_ancestor(with_argv=False, may_spawn=may_spawn)
     return None if found is None else f"{found.pid}-{found.start}"
 
 

@@ -88,7 +88,7 @@ def reachable_oids(ls_files_output: str) -> set[str]:
     return {line.split()[0] for line in ls_files_output.splitlines() if re.match(r"[0-9a-f]{64}\s", line)}
 
 
-class CheckFailed(Exception):
+class CheckFailed(XetError):
     """The store, or git-lfs, could not answer; the message says why."""
 
 
@@ -135,7 +135,7 @@ def unsafe_to_prune(call: PruneCall, remote: str | None) -> str | None:
         if absent and not unreachable:  # as git-lfs: a missing unreachable object does not stop prune
             reachable = reachable_oids(_git_lfs("ls-files", "--all", "--long"))
             absent = [oid for oid in absent if oid in reachable]
-    except (XetError, OSError, CheckFailed) as exc:  # prune must not go on unverified
+    except (XetError, OSError) as exc:  # prune must not go on unverified
         return (
             f"git-xet: cannot check that the XET store holds what `git lfs prune` would delete ({exc}); "
             "nothing is deleted. Run `git xet doctor`, then prune again"

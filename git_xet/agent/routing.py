@@ -24,11 +24,23 @@ from ..client.backend import XetBackend
 from ..client.errors import NotFoundError, TransferError
 from ..core.hashes import is_hash_hex
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, SESSION_ID, TOKEN_EXPIRATION, header_value
-from .endpoints import ConfigError, StandaloneTarget, configured_endpoint, credential_headers, hub_repo, lfs_endpoint, origin, standalone_target
+from .endpoints import (
+    ConfigError,
+    StandaloneTarget,
+    configured_endpoint,
+    credential_headers,
+    git_config,
+    hub_repo,
+    lfs_endpoint,
+    origin,
+    ssh_remote,
+    standalone_target,
+)
 from .protocol import Transfer
 
 if TYPE_CHECKING:
     from ..client.http_types import HttpClient
+    from ..client.ssh_authenticate import SshRemote
 
     from ..client.tokens import TokenSource
 
@@ -92,6 +104,16 @@ def client_modules() -> tuple[str, ...]:
     return _HTTP_CLIENT if kind == "http" else _LOCAL_CLIENT if kind == "local" else ()
 
 
+def _check_refresh_origin(href: str, endpoint: str) -> None:
+    """The user's credential goes only to the LFS endpoint's own origin: a server cannot send
+    us to collect credentials elsewhere."""
+    if origin(href) != origin(endpoint):
+        raise TransferError(
+            f"refusing the LFS server's token refresh URL {origin(href)}: it is not the LFS endpoint's origin {origin(endpoint)}; "
+            "your credentials are only sent to the LFS server itself"
+        )
+
+
 class StoreRouter:
     """Chooses the store for each transfer request; holds one backend per store."""
 
@@ -100,6 +122,7 @@ class StoreRouter:
         self._http: HttpClient | None = None
         self._backends: dict[str, XetBackend] = {}
         self._target: StandaloneTarget | None = None
+        self._endpoint: tuple[str, dict[str, str]] | None = None  # see _own_endpoint
 
     def _standalone_target(self) -> StandaloneTarget:
         """The configured store, read once: the configuration an agent starts with is the one
@@ -137,7 +160,7 @@ class StoreRouter:
             if configured_endpoint() is not None:
                 return self._standalone(req)
             return self._own_batch(req)
-        backend = self._negotiated(req.action)
+        backend = self._negotiated(req.action, req.operation)
         header_hash = header_value(req.action.get("header"), FILE_HASH)
         return backend, lambda oid: header_hash
 
@@ -206,7 +229,7 @@ class StoreRouter:
             self._backends[key] = backend
         return backend
 
-    def _negotiated(self, action: dict[str, Any]) -> XetBackend:
+    def _negotiated(self, action: dict[str, Any], operation: str) -> XetBackend:
         headers = action.get("header")
         cas = header_value(headers, CAS_URL)
         if not cas:
@@ -220,30 +243,43 @@ class StoreRouter:
             token = header_value(headers, ACCESS_TOKEN)
             initial = (token, float(header_value(headers, TOKEN_EXPIRATION) or 0)) if token else None
             href = action.get("href")
+            credentials = self._refresh_credentials(href, operation) if href else None
             tokens: TokenSource
-            if href and self._may_refresh_at(href):
-                tokens = RefreshingToken(href, credential_headers(href), self.http(), initial)
+            if href and credentials is not None:
+                tokens = RefreshingToken(href, credentials, self.http(), initial)
             else:
                 tokens = StaticToken(initial[0] if initial else None)
             backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID), http=self.http())
             self._backends[key] = backend
         return backend
 
-    def _may_refresh_at(self, href: str) -> bool:
-        """Whether to send the user's credential to a token refresh `href`: only to the LFS
-        endpoint's own origin. A different origin is refused; when the endpoint is unknown
-        here (git-lfs derived it, e.g. from an ssh remote), the batch's token is used as is."""
+    def _refresh_credentials(self, href: str, operation: str) -> dict[str, str] | Callable[[], dict[str, str]] | None:
+        """The credential to send to a token refresh `href`, only if it has the LFS endpoint's
+        origin (a different origin is refused): for an SSH remote, git-lfs-authenticate's answer,
+        asked again when it expires; otherwise the user's credential for that
+        host. None: the endpoint is unknown here, and the batch's token is used as is."""
+        ssh = ssh_remote(self.remote, operation)
+        if ssh is not None:
+            return self._ssh_credentials(ssh, href, operation)
         try:
             endpoint = lfs_endpoint(self.remote)
         except ConfigError:
             log.warning("cannot tell this remote's LFS endpoint; the CAS token will not be refreshed")
-            return False
-        if origin(href) != origin(endpoint):
-            raise TransferError(
-                f"refusing the LFS server's token refresh URL {origin(href)}: it is not the LFS endpoint's origin {origin(endpoint)}; "
-                "your credentials are only sent to the LFS server itself"
-            )
-        return True
+            return None
+        _check_refresh_origin(href, endpoint)
+        return credential_headers(href)
+
+    def _ssh_credentials(self, ssh: SshRemote, href: str, operation: str) -> Callable[[], dict[str, str]]:
+        """git-lfs-authenticate's headers for `href`, run as git-lfs runs it (no ssh until a
+        token needs renewing; then cached until the answer expires)."""
+        import os
+
+        from ..client.ssh_authenticate import SshCredentials, authenticate, ssh_command
+
+        argv = ssh_command(ssh, f"git-lfs-authenticate {ssh.path} {operation}", os.environ, git_config)
+        ttl = git_config("lfs.defaulttokenttl") or "0"
+        default_ttl = float(ttl) if ttl.isdigit() else 0.0  # git-lfs: for answers that give no expiry
+        return SshCredentials(lambda: authenticate(argv, default_ttl=default_ttl), lambda endpoint: _check_refresh_origin(href, endpoint))
 
     def _own_batch(self, req: Transfer) -> tuple[XetBackend | None, Lookup]:
         """Standalone toward a Hub-style remote: our own batch call, then XET natively.
@@ -252,8 +288,7 @@ class StoreRouter:
         with `basic` and a cas-bridge href ending in the XET file hash, are reconstructed from
         the CAS directly with a read token from the repo's refresh route.
         """
-        endpoint = lfs_endpoint(self.remote)
-        creds = credential_headers(endpoint)
+        endpoint, creds = self._own_endpoint()
         # Downloads: the Hub answers `basic` with a cas-bridge href whatever is offered; asking
         # for exactly that keeps one path for the Hub and for servers that would offer more.
         transfers = ["xet"] if req.operation == "upload" else ["basic"]
@@ -267,7 +302,7 @@ class StoreRouter:
         if req.operation == "upload":
             if action is None:  # already stored: nothing to talk to
                 return None, lambda oid: oid
-            return self._negotiated(action), lambda oid: None
+            return self._negotiated(action, req.operation), lambda oid: None
         if action is None:
             raise NotFoundError(f"the LFS server has no download for {req.oid[:12]}")
         if answer.transfer == "xet":
@@ -279,9 +314,21 @@ class StoreRouter:
         from ..client.tokens import RefreshingToken
 
         hub = hub_repo(endpoint)
-        tokens = RefreshingToken(hub.token_route("read"), creds, self.http())
-        tokens.token()  # learn the CAS URL
-        cas = tokens.cas_url or hub.base
-        backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
-        self._backends[f"cas:{cas}"] = backend
+        route = hub.token_route("read")
+        backend = self._backends.get(f"read:{route}")
+        if backend is None:  # one read token per agent, refreshed when it expires, not one per object
+            tokens = RefreshingToken(route, creds, self.http())
+            tokens.token()  # learn the CAS URL
+            cas = tokens.cas_url or hub.base
+            backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
+            self._backends[f"cas:{cas}"] = self._backends[f"read:{route}"] = backend
         return backend, lambda oid: file_hex
+
+    def _own_endpoint(self) -> tuple[str, dict[str, str]]:
+        """The remote's LFS endpoint and the user's credential for it, found once per agent:
+        each object of a --native clone looked them up again (git config, and `git credential
+        fill` where no token or netrc has one), besides its batch call and a new read token."""
+        if self._endpoint is None:
+            endpoint = lfs_endpoint(self.remote)
+            self._endpoint = (endpoint, credential_headers(endpoint))
+        return self._endpoint

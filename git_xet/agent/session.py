@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..client.errors import NotFoundError, TransferError
-from ..fsutil import atomic_output, atomic_write
+from ..platform.files import atomic_output, atomic_write
 from .endpoints import git_common_dir, git_config
 from .progress import Progress
 from .protocol import Transfer
@@ -60,7 +60,7 @@ def prepare(operation: str) -> None:
     pipeline, the store's client code, git's configuration and the repository's directory (all
     cached for the process). Nothing that holds a connection, a thread or an open database:
     the fork server runs this once, then forks a worker per agent from it (fork_server.py)."""
-    __import__("git_xet.memory")
+    __import__("git_xet.platform.memory")
     __import__("git_xet.pipelines.upload" if operation == "upload" else "git_xet.pipelines.download")
     for module in client_modules():
         __import__(module)
@@ -69,14 +69,14 @@ def prepare(operation: str) -> None:
 
 class AgentSession:
     def __init__(self, remote: str | None = None) -> None:
-        from ..memory import tune_allocator
+        from ..platform.memory import tune_allocator
 
         tune_allocator()
         self.router = StoreRouter(remote)
         self._uploaders: dict[str, Uploader] = {}
         self._labelled: set[str] = set()  # stores whose shard-cache directory this process has labelled
         self._storage_roots: list[str] | None = None
-        self._summary: PushSummary | None = None
+        self._summaries: dict[str, PushSummary] = {}  # by operation: a push's, a clone's
 
     # ------------------------------------------------------------------ transfers
 
@@ -124,18 +124,19 @@ class AgentSession:
             raise TransferError(f"{req.path} is {size} bytes, but the request says {req.size}")
         return req.path
 
-    def _push_summary(self) -> PushSummary:
-        if self._summary is None:
-            self._summary = PushSummary(git_common_dir() / "xet")
-            self._summary.started()
-        return self._summary
+    def _summary(self, operation: str) -> PushSummary:
+        summary = self._summaries.get(operation)
+        if summary is None:
+            summary = self._summaries[operation] = PushSummary(git_common_dir() / "xet", operation)
+            summary.started()
+        return summary
 
     def _upload(self, req: Transfer, progress: Progress) -> None:
         from ..client.shard_cache import ShardCache, default_cache_root  # SQLite: ~5 ms a clone's agents skip
         from ..pipelines.upload import Uploader  # an agent of a clone never uploads
 
         source = self._check_upload_source(req)
-        totals = self._push_summary().totals
+        totals = self._summary("upload").totals
         backend, lookup = self.router.route(req)
         if backend is None or lookup(req.oid) is not None:
             log.info("%s already stored", req.oid[:12])
@@ -191,6 +192,7 @@ class AgentSession:
             with atomic_output(dest, mode=0o644 & ~umask, durable=False) as out:  # as download_to_path writes
                 out.write(whole)
             progress.add(len(whole))
+            self._downloaded(req.size, len(whole))
             return str(dest)
         backend, lookup = self.router.route(req)
         file_hex = lookup(req.oid)
@@ -200,18 +202,25 @@ class AgentSession:
         # against its oid) and moves it into its object store; a crash before then loses a temp
         # file, never an object. For the same reason the sha256 is not computed here as well: the
         # bytes are checked against the XET file hash, and git-lfs checks the oid mapping.
-        download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, durable=False, size=req.size, progress=progress.add)
+        result = download_to_path(backend, file_hex, dest, mode=0o644 & ~umask, durable=False, size=req.size, progress=progress.add)
+        self._downloaded(req.size, result.bytes_fetched)
         return str(dest)
+
+    def _downloaded(self, size: int, fetched: int) -> None:
+        totals = self._summary("download").totals
+        totals.files += 1
+        totals.file_bytes += size
+        totals.sent_bytes += fetched
 
     def close(self) -> None:
         for uploader in self._uploaders.values():
             uploader.close()
-        if self._summary is not None:
+        for operation, summary in self._summaries.items():
             try:
-                line = self._summary.close()
-            except OSError as exc:  # the summary is a courtesy; the push itself is done
-                log.info("could not record the push summary: %s", exc)
-                return
+                line = summary.close()
+            except OSError as exc:  # the summary is a courtesy; the transfer itself is done
+                log.info("could not record the %s summary: %s", operation, exc)
+                continue
             if line:
-                log.info("push summary: %s", line)
+                log.info("%s summary: %s", operation, line)
                 tell(line)

@@ -9,7 +9,6 @@ registrations precede any exit: git-lfs sends `terminate` only once its whole qu
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -65,6 +64,13 @@ def human(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def describe_download(totals: PushTotals) -> str:
+    """A clone's or fetch's line: files and bytes written, and what crossed the network (xorb
+    ranges, compressed; chunks repeated within or across files are fetched once)."""
+    n = totals.files
+    return f"downloaded {n} file{'s' if n != 1 else ''} ({human(totals.file_bytes)}): fetched {human(totals.sent_bytes)} from the store"
+
+
 def describe(totals: PushTotals) -> str:
     parts = []
     if totals.files:
@@ -80,21 +86,35 @@ def describe(totals: PushTotals) -> str:
 
 
 class PushSummary:
-    """This agent's part of a push; `close` reports it and, if last, tells the user the sum."""
+    """This agent's part of a push (or, with operation "download", of a clone or fetch: files
+    written and bytes fetched in `sent_bytes`); `close` reports it and, if last, tells the user
+    the sum."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, operation: str = "upload") -> None:
         self.path = state_dir / LOG_NAME
-        self.push = lfs_process_id() or str(os.getppid())  # without /proc: the parent's pid
+        self.operation = operation
         self.totals = PushTotals()
         self._registered = False
+        self._push: str | None = None
+
+    @property
+    def push(self) -> str:
+        """The id this push's agents share: their git-lfs process's. Asked once, by an agent that
+        uploads (without /proc that costs a `ps`); the parent's pid is a last resort only, since
+        each agent has its own `sh -c` parent: with it every agent reported a push of its own
+        (one summary line per agent, and `git xet stats` counting one agent's files)."""
+        if self._push is None:
+            self._push = lfs_process_id(may_spawn=True) or str(os.getppid())
+        return self._push
 
     def _append(self, record: dict) -> list[dict]:
         """Append under an exclusive lock; returns this push's records."""
+        from ..platform.locks import lock_file
         from ..private_paths import open_private_append, private_dirs
 
         private_dirs(self.path.parent.parent, self.path.parent.name, own_base=False)  # not .git itself
         with open_private_append(self.path, read=True) as log:
-            fcntl.flock(log, fcntl.LOCK_EX)
+            lock_file(log.fileno())
             log.write(json.dumps(record) + "\n")
             log.flush()
             log.seek(0)
@@ -108,20 +128,20 @@ class PushSummary:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(entry, dict) and entry.get("push") == self.push:
+            if isinstance(entry, dict) and entry.get("push") == self.push and entry.get("op", "upload") == self.operation:
                 mine.append(entry)
         return mine
 
     def started(self) -> None:
         if not self._registered:
             self._registered = True
-            self._append({"push": self.push, "pid": os.getpid(), "event": "start", "time": time.time()})
+            self._append({"push": self.push, "op": self.operation, "pid": os.getpid(), "event": "start", "time": time.time()})
 
     def close(self) -> str | None:
         """Report this agent's totals; the summary line when this agent is the push's last."""
         if not self._registered:
             return None
-        mine = self._append({"push": self.push, "pid": os.getpid(), "event": "done", "time": time.time(), **self.totals.as_dict()})
+        mine = self._append({"push": self.push, "op": self.operation, "pid": os.getpid(), "event": "done", "time": time.time(), **self.totals.as_dict()})
         started = {e["pid"] for e in mine if e.get("event") == "start"}
         done = [e for e in mine if e.get("event") == "done"]
         if started != {e["pid"] for e in done}:
@@ -129,6 +149,8 @@ class PushSummary:
         total = PushTotals()
         for entry in done:
             total.add(PushTotals.from_entry(entry))
+        if self.operation == "download":
+            return describe_download(total) if total.files else None
         return describe(total) if total.files or total.already_stored else None  # a failed push: its errors say enough
 
 
@@ -144,7 +166,7 @@ def last_push(state_dir: Path) -> PushTotals | None:
             entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict) and entry.get("event") == "done":
+        if isinstance(entry, dict) and entry.get("event") == "done" and entry.get("op", "upload") == "upload":
             entries.append(entry)
     if not entries:
         return None

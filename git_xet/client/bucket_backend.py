@@ -47,7 +47,7 @@ from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, contiguous
 from ..core.shard import CasInfo, FileInfo, Shard, parse_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES, XorbFooter, XorbLayout, verify_xorb
-from ..fsutil import atomic_write
+from ..platform.files import atomic_write
 from ..storage.cas_store import CasStore
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import ObjectTooLarge, S3Error, S3ObjectStore

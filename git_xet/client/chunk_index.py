@@ -2,19 +2,19 @@
 agent process, so start-up cost and memory do not grow with the history it covers.
 
 What it holds, per cached xorb: its full chunk hash list (to extend a match chunk by chunk and
-to verify every hit), plus index entries for its *key chunks* only: one chunk in eight by hash
-(`is_key_chunk`), every global-dedup-eligible chunk, the xorb's first chunk and the first chunk
-of every file a shard describes. Dedup needs no more: the uploader probes key chunks as they
-are hashed, ahead of placement, and extends each hit backwards and forwards through the xorb's
-chunk list, so a run is found from any key chunk inside it (on average every 8th chunk;
-`pipelines/upload.py`). Entries of HMAC-keyed global dedup answers cover all their chunks
-(probing them costs an HMAC per key) and expire with the answer.
+to verify every hit), plus an index entry for every chunk. The uploader looks every chunk up
+as it is hashed, ahead of placement (`pipelines/upload.py`), so a chunk stored before is found
+wherever it occurs, however short the unchanged stretch around it: as hf-xet, whose shard
+chunk tables hold every chunk. (An index of one chunk in eight found only runs holding a
+sampled chunk, and sent short stretches again: up to 1.42x hf-xet's bytes on real data,
+docs/benchmarks.md.) Entries of HMAC-keyed global dedup answers are looked up by the HMAC of
+each plain chunk hash and expire with the answer.
 
-Why SQLite and sampling: a full chunk index is one random B-tree insert per chunk, which
-rewrites ~1024 index pages per 64 MiB xorb (tens of ms each at 1 TiB of history); one in eight
-keeps inserts to ~130 per xorb and the entries table ~1/10 of the cache. SQLite in WAL mode
-gives many concurrent readers and writers (agents, pushes) and crash safety: a writer killed
-mid-transaction leaves nothing behind but a rolled-back journal.
+Why SQLite: a random B-tree insert per chunk (1024 per 64 MiB xorb) costs a few MiB of WAL per
+xorb, far less than the xorb itself, and a lookup one leaf page, so the cost per agent stays flat
+at 1 TiB of history (bench/cache_scale.py). SQLite in WAL mode gives many concurrent readers and
+writers (agents, pushes) and crash safety: a writer killed mid-transaction leaves nothing
+behind but a rolled-back journal.
 
 Entries are keyed by the first 8 bytes of the chunk hash; a hit is accepted only if the full
 32-byte hash in the xorb's list matches, so prefix collisions cost a miss, never a wrong match.
@@ -32,9 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.hashes import XetHash, hmac_chunk_hash, is_global_dedup_eligible
+from ..core.hashes import XetHash, hmac_chunk_hash
 from ..core.shard import NO_EXPIRY, Shard
-from ..fsutil import opening_lock
+from ..platform.locks import opening_lock
 
 if TYPE_CHECKING:
     import tempfile
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("git_xet.cache")
 
 INDEX_FILE = "index.sqlite"
-KEY_CHUNK_MASK = 7  # first byte & 7 == 0: one chunk in eight is a key chunk
 _INDEX_BITS = 13  # chunk index within a xorb (< 8192 chunks per xorb)
 _ENTRY_BYTES = 24  # accounted size of one entry (B-tree cell and slack)
 _XORB_BYTES = 96  # accounted size of one xorb row besides its chunk list
@@ -75,11 +74,6 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 INSERT OR IGNORE INTO meta VALUES (1, 0);
 """
-
-
-def is_key_chunk(digest: bytes) -> bool:
-    """Whether the index holds an entry for this (plain) chunk hash wherever it occurs."""
-    return not digest[0] & KEY_CHUNK_MASK or is_global_dedup_eligible(digest)
 
 
 def _prefix(digest: bytes) -> int:
@@ -204,7 +198,7 @@ class ChunkIndex:
     # ------------------------------------------------------------------ writing
 
     def add(self, shard: Shard, now: float | None = None) -> None:
-        """Record a shard's xorbs (and its files' first chunks); expired answers are ignored.
+        """Record a shard's xorbs and index all their chunks; expired answers are ignored.
 
         The cache only saves uploads work: when it cannot be written (disk full, I/O error, a
         writer holding it for over a minute) the upload goes on without recording this shard.
@@ -221,7 +215,6 @@ class ChunkIndex:
         key = shard.chunk_hash_key
         expiry = None if shard.footer is None or shard.footer.key_expiry >= NO_EXPIRY else min(shard.footer.key_expiry, 2**62)
         added = 0
-        new_xorbs: dict[bytes, tuple[int, list[XetHash]]] = {}  # plain xorbs inserted here: id, chunk hashes
         with self._write() as db:
             for info in shard.cas:
                 if db.execute("SELECT 1 FROM xorbs WHERE hash = ? AND key = ?", (info.xorb_hash, key or _PLAIN)).fetchone():
@@ -229,48 +222,22 @@ class ChunkIndex:
                 hashes = [c.chunk_hash for c in info.chunks]
                 if not hashes or len(hashes) > 1 << _INDEX_BITS:
                     continue
-                indexed = range(len(hashes)) if key is not None else [i for i, h in enumerate(hashes) if i == 0 or is_key_chunk(h)]
-                size = 32 * len(hashes) + _XORB_BYTES + _ENTRY_BYTES * len(indexed)
+                size = 32 * len(hashes) + _XORB_BYTES + _ENTRY_BYTES * len(hashes)
                 xid = db.execute(
                     "INSERT INTO xorbs (hash, key, expiry, chunks, bytes) VALUES (?, ?, ?, ?, ?)",
                     (info.xorb_hash, key or _PLAIN, expiry, b"".join(hashes), size),
                 ).lastrowid
                 assert xid is not None  # an INSERT always sets it
                 # Newest wins: the oldest xorbs are evicted first, so this entry lives longest.
-                db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)", ((_prefix(hashes[i]), xid << _INDEX_BITS | i) for i in indexed))
+                db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)", ((_prefix(h), xid << _INDEX_BITS | i) for i, h in enumerate(hashes)))
                 added += size
-                if key is None:
-                    new_xorbs[info.xorb_hash] = (xid, hashes)
-            if key is None:
-                self._add_file_entry_points(db, shard, new_xorbs)
-            else:
+            if key is not None:
                 db.execute("INSERT INTO keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET expiry = max(expiry, excluded.expiry)", (key, expiry or 2**62))
                 self._keys_read = float("-inf")
             if added:
                 total = db.execute("UPDATE meta SET total = total + ? RETURNING total", (added,)).fetchone()[0]
         if added and total > self.max_bytes:
             self.evict(self.max_bytes * 9 // 10)
-
-    @staticmethod
-    def _add_file_entry_points(db: sqlite3.Connection, shard: Shard, new_xorbs: dict[bytes, tuple[int, list[XetHash]]]) -> None:
-        """The first chunk of every file is an entry point (a small edited file may have no key
-        chunk). `new_xorbs`: those this transaction inserted, whose first chunk has its entry
-        already (most small files: one new xorb, starting at its first chunk)."""
-        for info in shard.files:
-            if not info.terms:
-                continue
-            first = info.terms[0]
-            if first.xorb_hash in new_xorbs:
-                xid, hashes = new_xorbs[first.xorb_hash]
-                if first.chunk_start == 0 or first.chunk_start >= len(hashes):
-                    continue
-                digest: bytes = hashes[first.chunk_start]
-            else:
-                row = db.execute("SELECT id, chunks FROM xorbs WHERE hash = ? AND key = ?", (first.xorb_hash, _PLAIN)).fetchone()
-                if row is None or 32 * first.chunk_start >= len(row[1]):
-                    continue
-                xid, digest = row[0], row[1][32 * first.chunk_start : 32 * first.chunk_start + 32]
-            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?)", (_prefix(digest), xid << _INDEX_BITS | first.chunk_start))
 
     def _drop_xorbs(self, db: sqlite3.Connection, rows: list[tuple[int, bytes, int]]) -> int:
         """Delete xorbs (id, chunks, bytes) and every entry pointing into them; bytes freed."""
@@ -330,8 +297,7 @@ class ChunkIndex:
     # ------------------------------------------------------------------ reading
 
     def probe(self, chunk: bytes) -> tuple[CachedXorb, int] | None:
-        """A cached xorb holding this chunk, and its index there, if the chunk is indexed
-        (a key chunk, or any chunk of a keyed answer)."""
+        """A cached xorb holding this chunk (plainly hashed, or in a keyed answer), and its index there."""
         return self.probe_many([chunk])[0]
 
     def probe_many(self, chunks: list[bytes]) -> list[tuple[CachedXorb, int] | None]:

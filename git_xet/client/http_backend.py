@@ -12,12 +12,12 @@ from .. import __version__
 from ..core.checksums import crc64nvme, crc64nvme_of_parts
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex, hex_to_hash
-from ..core.http_headers import UPLOAD_STREAM, bearer, new_session_id
+from ..core.http_headers import REFUSED_SHA256, UPLOAD_STREAM, bearer, new_session_id
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, parts_of
 from ..core.shard import Shard, parse_shard
 from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
-from ..memory import xorb_range_windows
+from ..platform.memory import xorb_range_windows
 from .backend import UploadStream, upload_in_order
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
 from .http_errors import status_error
@@ -293,9 +293,11 @@ class HttpCasBackend:
                 raise
             resp = self._request("shard upload (v1)", "POST", "/v1/shards", body=body, headers=named)
             try:
-                return int(resp.json()["result"]) == 1
+                answer = resp.json()
+                inserted = int(answer["result"]) == 1
             except (ValueError, KeyError, TypeError):
                 raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
+            return _unless_refused(answer, inserted)
         return self._read_shard_frames(resp.text)
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
@@ -312,9 +314,11 @@ class HttpCasBackend:
             self._bundles = False
             return upload_in_order(self, xorbs, shard, stream_id)
         try:
-            return int(resp.json()["result"]) == 1
+            answer = resp.json()
+            inserted = int(answer["result"]) == 1
         except (ValueError, KeyError, TypeError):
             raise TransferError("the server answered an upload bundle with something unexpected", retryable=True) from None
+        return _unless_refused(answer, inserted)
 
     @staticmethod
     def _read_shard_frames(text: str) -> bool:
@@ -330,7 +334,7 @@ class HttpCasBackend:
                 result = frame.get("result")
                 if not isinstance(result, int) or isinstance(result, bool):
                     raise TransferError(f"malformed shard upload result frame: {line[:200]}", retryable=True)
-                return result == 1
+                return _unless_refused(frame, result == 1)
             if kind == "error":
                 refusal = error_from_body(line)
                 message = f"the server refused the shard: {refusal.message[:500]}"
@@ -425,3 +429,15 @@ class HttpCasBackend:
             return data
 
         return with_retries(f"download of xorb {fetch.xorb[:12]}", attempt, self.policy, self.outage, self.endpoint)
+
+
+def _unless_refused(answer: object, inserted: bool) -> bool:
+    """A shard answer's `inserted`, unless the server registered some of its files without the
+    sha256 claimed for them (core/http_headers.REFUSED_SHA256): our shards claim the oid
+    git-lfs gave, so the object git-lfs asked for is not stored under that oid (the file
+    changed while it was read, or git-lfs' oid is not its content's)."""
+    refused = answer.get(REFUSED_SHA256) if isinstance(answer, dict) else None
+    if refused:
+        files = ", ".join(str(name)[:12] for name in refused[:5]) if isinstance(refused, list) else "?"
+        raise TransferError(f"the server refused the shard: file {files}: its sha256 metadata does not match its content", retryable=False)
+    return inserted

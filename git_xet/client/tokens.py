@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from .errors import TransferError
@@ -41,12 +42,14 @@ class StaticToken:
 
 class RefreshingToken:
     """Tokens from a refresh route (`GET .../xet-{read,write}-token/{rev}`) with the user's
-    credential; renewed REFRESH_MARGIN seconds before they expire or when refused."""
+    credential; renewed REFRESH_MARGIN seconds before they expire or when refused. The credential
+    is fixed headers, or a callable asked at each renewal (an SSH remote's git-lfs-authenticate
+    answer, which expires too)."""
 
     def __init__(
         self,
         refresh_url: str,
-        credential_headers: dict[str, str],
+        credential_headers: dict[str, str] | Callable[[], dict[str, str]],
         http: HttpClient,
         initial: tuple[str, float] | None = None,
     ) -> None:
@@ -72,8 +75,9 @@ class RefreshingToken:
             self._expires_at = 0.0
 
     def _refresh(self) -> None:
+        headers = self._headers() if callable(self._headers) else self._headers
         try:
-            resp = self._http.request("GET", self._url, headers=self._headers, limit=1 << 20)
+            resp = self._http.request("GET", self._url, headers=headers, limit=1 << 20)
         except TransportError as exc:
             raise TransferError(f"cannot reach the token service {self._url}: {exc}", retryable=True) from None
         if resp.status_code in (401, 403):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..core.http_headers import bearer
 from ..gitcmd import run_git
+from .lfs_keys import PREFIX, direction_problem, miscased_keys
 
 if TYPE_CHECKING:
     from ..client.http_types import Response
@@ -32,9 +33,13 @@ def _config(key: str) -> str | None:
 def checks() -> Iterator[Check]:
     from .. import __version__
     from ..core.chunking import NATIVE_AVAILABLE
+    from ..core.native import native_disabled
 
     yield Check(True, f"git-xet {__version__}")
-    yield Check(NATIVE_AVAILABLE, "native C chunker" if NATIVE_AVAILABLE else "pure-Python chunker (slow)", "reinstall with gcc and Python headers available")
+    if native_disabled():  # asked for: not a fault
+        yield Check(True, "pure-Python chunker (GIT_XET_NO_NATIVE is set: slow, a few MB/s)")
+    else:
+        yield Check(NATIVE_AVAILABLE, "native C chunker" if NATIVE_AVAILABLE else "pure-Python chunker (slow)", "reinstall with gcc and Python headers available")
 
     lfs = run_git("lfs", "version")
     if not lfs.ok:
@@ -51,6 +56,11 @@ def checks() -> Iterator[Check]:
     else:
         args = _config("lfs.customtransfer.xet.args") or ""
         yield Check(_agent_runnable(agent, args), f"transfer agent: {agent} {args}".strip(), "run `git xet install` again")
+        direction = direction_problem()
+        if direction is not None:
+            yield Check(False, direction, f"run `git config --unset-all {PREFIX}direction`, then `git xet install`")
+    for key in miscased_keys():
+        yield Check(False, f"{key} is not read by git-lfs 3.7 and later (they read {PREFIX}* in lowercase only)", f"run `git config --unset-all {key}`, then `git xet install`")
 
     standalone = _config("lfs.standalonetransferagent")
     endpoint = os.environ.get("GIT_XET_ENDPOINT") or _config("xet.endpoint")

@@ -1,7 +1,8 @@
 """`git xet install` / `uninstall`: register (or remove) the agent in git config.
 
-Registration: `lfs.customtransfer.xet.{path,args,concurrent}` (the keys git-lfs 3.x reads;
-`.lfsconfig` cannot set them). Standalone mode additionally names the store (`xet.endpoint`)
+Registration: `lfs.customtransfer.xet.{path,args,concurrent,direction}` (the keys git-lfs 3.x
+reads, in the one case git-lfs 3.7 reads: see lfs_keys.py; `.lfsconfig` cannot set them).
+Standalone mode additionally names the store (`xet.endpoint`)
 and turns on `lfs.standalonetransferagent=xet`, for every remote or, with --remote, for one
 remote only through a synthetic https LFS URL (a custom scheme would be parsed as SSH).
 """
@@ -17,8 +18,8 @@ from pathlib import Path
 
 from ..core.errors import XetError
 from ..gitcmd import GitResult, run_git
+from .lfs_keys import AGENT, registration
 
-AGENT = "xet"
 SCOPED_URL = "https://{remote}.git-xet.invalid/lfs"
 CONCURRENCY_MARK = "xet.installedconcurrenttransfers"  # install set lfs.concurrenttransfers
 
@@ -114,7 +115,8 @@ def install(scope: Scope, standalone: str | None, remote: str | None, concurrenc
     path, args = agent_command()
     _set(scope, f"lfs.customtransfer.{AGENT}.path", path)
     _set(scope, f"lfs.customtransfer.{AGENT}.args", args)
-    _set(scope, f"lfs.customtransfer.{AGENT}.concurrent", "true")
+    for key, value in registration().items():
+        _set(scope, key, value)
     done.append(f"registered the transfer agent: {path} {args}")
     if concurrency is not None:
         _set(scope, "lfs.concurrenttransfers", str(concurrency))
@@ -153,7 +155,7 @@ def _create_bucket_store(location: str) -> str:
 def uninstall(scope: Scope) -> list[str]:
     """Remove every key install sets at this scope: the agent, standalone routing, the
     concurrency install set (not one the user set), and every `xet.*` key (endpoint, token)."""
-    for key in (f"lfs.customtransfer.{AGENT}.path", f"lfs.customtransfer.{AGENT}.args", f"lfs.customtransfer.{AGENT}.concurrent"):
+    for key in (f"lfs.customtransfer.{AGENT}.path", f"lfs.customtransfer.{AGENT}.args", *registration()):
         _unset(scope, key)
     if _git("config", scope.flag, "--get", CONCURRENCY_MARK, check=False).stdout.strip() == "true":
         _unset(scope, "lfs.concurrenttransfers")

@@ -39,13 +39,22 @@ static void build_tables(void) {
         for (int i = 0; i < 256; i++) TABLES[k][i] = (TABLES[k - 1][i] >> 8) ^ TABLES[0][TABLES[k - 1][i] & 0xff];
 }
 
+#if PY_BIG_ENDIAN
+/* Byte swap in plain C (gcc, clang and MSVC alike; compilers turn it into one instruction). */
+static uint64_t bswap64(uint64_t x) {
+    x = ((x & 0x00ff00ff00ff00ffULL) << 8) | ((x >> 8) & 0x00ff00ff00ff00ffULL);
+    x = ((x & 0x0000ffff0000ffffULL) << 16) | ((x >> 16) & 0x0000ffff0000ffffULL);
+    return (x << 32) | (x >> 32);
+}
+#endif
+
 /* The register (no initial or final inversion) after feeding n bytes to register `crc`. */
 static uint64_t table_raw(uint64_t crc, const unsigned char *p, size_t n) {
     while (n >= 8) {
         uint64_t word;
         memcpy(&word, p, 8);
 #if PY_BIG_ENDIAN
-        word = __builtin_bswap64(word);
+        word = bswap64(word);
 #endif
         crc ^= word;
         crc = TABLES[7][crc & 0xff] ^ TABLES[6][(crc >> 8) & 0xff] ^ TABLES[5][(crc >> 16) & 0xff] ^
@@ -62,6 +71,8 @@ static uint64_t update_table(uint64_t crc, const unsigned char *p, size_t n) { r
 
 static uint64_t (*update)(uint64_t, const unsigned char *, size_t) = update_table;
 
+/* The carry-less multiply path needs gcc's or clang's target attributes and CPU checks; other
+   compilers (MSVC) build the table version above, which every platform runs correctly. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define HAVE_CLMUL 1

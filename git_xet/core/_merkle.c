@@ -104,10 +104,11 @@ static PyObject *merge_level(PyObject *self, PyObject *args) {
         uint64_t total = 0;
         for (Py_ssize_t i = start; i < start + cut; i++) {
             out = put_line(out, hashes + i * HASH_SIZE, values[i]);
-            if (__builtin_add_overflow(total, values[i], &total)) {
+            if (values[i] > UINT64_MAX - total) { /* (portable C: no compiler builtin) */
                 PyErr_SetString(PyExc_OverflowError, "a parent's size does not fit 64 bits");
                 goto done;
             }
+            total += values[i];
         }
         PyObject *text = PyBytes_FromStringAndSize(buffer, out - buffer);
         if (text == NULL) goto done;

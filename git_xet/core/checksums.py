@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterable
 
+from .native import native_disabled
+
 POLY = 0x9A6C9329AC4BC9B5  # reflected
 _MASK = (1 << 64) - 1
 
@@ -36,6 +38,8 @@ def crc64nvme_reference(data: bytes | memoryview, crc: int = 0) -> int:
 
 
 def _load_fast() -> Callable[..., int] | None:
+    if native_disabled():
+        return None
     try:
         from ._crc64 import crc64nvme as fast
     except ImportError:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from .constants import CHUNK_MASK, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE
 from .gearhash_table import GEARHASH_TABLE
+from .native import native_disabled
 
 ScanResult = tuple[list[int], int, int]
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -47,6 +48,8 @@ ScanFn = Callable[[bytes | bytearray | memoryview, int, int], ScanResult]
 
 
 def _load_native() -> ScanFn | None:
+    if native_disabled():
+        return None
     try:
         from . import _gearhash
     except ImportError:
@@ -57,8 +60,7 @@ def _load_native() -> ScanFn | None:
 _native_scan = _load_native()
 NATIVE_AVAILABLE = _native_scan is not None
 
-scan: ScanFn
-if _native_scan is None:
+if _native_scan is None and not native_disabled():
     warnings.warn(
         "git-xet: the C chunking extension is not built; chunking runs in pure Python at a few "
         "MB/s. Reinstall with a C compiler available (e.g. `apt-get install gcc python3-dev`, "
@@ -66,9 +68,7 @@ if _native_scan is None:
         RuntimeWarning,
         stacklevel=2,
     )
-    scan = scan_reference
-else:
-    scan = _native_scan
+scan: ScanFn = scan_reference if _native_scan is None else _native_scan
 
 
 class Chunker:

@@ -14,6 +14,7 @@ import lz4.frame
 
 from .constants import MAX_CHUNK_SIZE
 from .errors import FormatError
+from .native import native_disabled
 
 
 class CompressionScheme(IntEnum):
@@ -117,6 +118,8 @@ def lane_popcount_histograms_reference(sample: bytes | memoryview) -> tuple[int,
 
 
 def _load_histograms() -> Callable[[bytes | memoryview], tuple[int, ...]]:
+    if native_disabled():
+        return lane_popcount_histograms_reference
     try:
         from ._bg4 import lane_popcount_histograms
     except ImportError:

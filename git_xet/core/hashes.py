@@ -30,6 +30,7 @@ from .constants import (
     ZERO_KEY,
 )
 from .errors import FormatError
+from .native import native_disabled
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
@@ -135,6 +136,8 @@ def merkle_root_reference(nodes: Sequence[tuple[bytes, int]]) -> XetHash:
 
 
 def _load_merge_level() -> Callable[[bytes, Sequence[int]], tuple[list[bytes], list[int]]] | None:
+    if native_disabled():
+        return None
     try:
         from ._merkle import merge_level
     except ImportError:

@@ -160,6 +160,15 @@ class XorbFooter(NamedTuple):
         return cls(XetHash(digest), hashes, tuple(byte_ends), tuple(unpacked_ends))
 
 
+_EMPTY_FOOTER_SIZE = len(XorbFooter(XetHash(bytes(32)), (), (), ()).serialize())
+
+
+def stored_size(body_size: int, num_chunks: int) -> int:
+    """A stored xorb object's size: its body and the footer the server rebuilds for it (the
+    footer's fixed part, 32 + 4 + 4 bytes per chunk, and its length field)."""
+    return body_size + _EMPTY_FOOTER_SIZE + 40 * num_chunks
+
+
 class ParsedXorb(NamedTuple):
     """A parsed xorb: its chunk records, and its footer when it had one."""
 

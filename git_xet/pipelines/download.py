@@ -25,8 +25,8 @@ from ..core.errors import FormatError
 from ..core.hashes import chunk_hash, file_hash, hash_to_hex
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.xorb import decode_chunk, parse_chunk_records
-from ..fsutil import atomic_output
-from ..memory import xorb_range_windows
+from ..platform.files import atomic_output
+from ..platform.memory import xorb_range_windows
 from .fetch_schedule import Load, plan_loads
 
 log = logging.getLogger("git_xet.download")
@@ -310,6 +310,6 @@ def download(
 
 def download_to_path(backend: XetBackend, file_hex: str, dest: Path, *, mode: int = 0o644, durable: bool = True, **kwargs) -> DownloadResult:
     """Download and verify into a temp file beside `dest`, then rename: all or nothing.
-    durable=False skips the fsyncs (see fsutil.atomic_output)."""
+    durable=False skips the fsyncs (see platform.files.atomic_output)."""
     with atomic_output(Path(dest), mode=mode, durable=durable) as out:
         return download(backend, file_hex, out, **kwargs)

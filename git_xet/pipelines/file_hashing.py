@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from ..core.chunking import Chunker
 from ..core.hashes import XetHash, chunk_hash, file_hash
+from ..platform.memory import drop_pages
 from ..readahead import readahead
 
 SCAN_BLOCK = 4 * 1024 * 1024
@@ -96,8 +97,7 @@ class MappedFile:
         if self._map is None or offset - self._released < self.RELEASE_STEP:
             return
         end = offset - offset % mmap.PAGESIZE
-        if hasattr(self._map, "madvise") and end > self._released:
-            self._map.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+        if end > self._released and drop_pages(self._map, self._released, end - self._released):
             self._released = end
 
     def close(self) -> None:

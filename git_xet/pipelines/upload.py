@@ -14,6 +14,7 @@ in the local shard cache.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import mmap
 import os
@@ -25,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 from ..client.backend import UploadStream, XetBackend
-from ..client.chunk_index import CachedXorb, ChunkIndex, is_key_chunk
+from ..client.chunk_index import CachedXorb, ChunkIndex
 from ..client.errors import MissingXorbsError, TransferError
 from ..client.shard_cache import ShardCache
 from ..core.constants import MAX_XORB_BYTES
@@ -33,7 +34,7 @@ from ..core.errors import HashMismatchError
 from ..core.hashes import XetHash, hash_to_hex, is_global_dedup_eligible, verification_hash
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from ..core.xorb import MAX_XORB_BODY_BYTES, PackedXorb, XorbBuilder, verify_xorb
-from ..memory import anonymous_buffer
+from ..platform.memory import anonymous_buffer
 from .file_hashing import FileDigest, MappedFile, iter_chunk_hashes
 
 log = logging.getLogger("git_xet.upload")
@@ -47,12 +48,16 @@ GLOBAL_DEDUP_SPACING = 256  # chunks between two global dedup queries of one fil
 # of a push of many small files) costs more than the few bytes a match could save.
 GLOBAL_DEDUP_MIN_FILE = 1 << 20
 PLACEMENT_LAG = 128  # chunks (~8 MiB) hashed ahead of the chunk being placed
-# Key chunks are looked up in the cache index in batches (one query each), at the latest this
+# Chunks are looked up in the cache index in batches (one query each), at the latest this
 # many chunks after being hashed: a hit still reaches PLACEMENT_LAG - PROBE_SPAN chunks back.
 PROBE_SPAN = 64
+# The fragmentation guard, with hf-xet's parameters (its DefragPrevention defaults): over the
+# last FRAGMENTATION_WINDOW terms, once there are that many, the average chunks per term must
+# stay at FRAGMENTATION_TARGET (or FRAGMENTATION_TARGET * FRAGMENTATION_HYSTERESIS while
+# matches are being taken), or matches shorter than the average are stored again.
 FRAGMENTATION_WINDOW = 128
-FRAGMENTATION_ENTER = 4.0  # average chunks per term below which short matches are refused
-FRAGMENTATION_LEAVE = 8.0
+FRAGMENTATION_TARGET = 8.0
+FRAGMENTATION_HYSTERESIS = 0.5
 MAX_PARALLEL_XORBS = 2  # xorb uploads in flight at once, by default
 
 
@@ -141,24 +146,41 @@ class _Term:
 
 
 class _FragmentationGuard:
-    """Refuse short dedup matches while the file is being shattered into tiny terms."""
+    """Refuse short dedup matches while the file is being shattered into tiny terms: a file of
+    many short terms downloads as many small ranges (docs/benchmarks.md has the figure).
+
+    hf-xet's rule exactly (xet-core's DefragPrevention), so that on any data both clients
+    dedup the same chunks: sending no more than hf-xet means refusing no match it takes. The
+    average counts the term being built; a match continuing the last term is always taken
+    (the caller checks that)."""
 
     def __init__(self) -> None:
-        self.recent: deque[int] = deque(maxlen=FRAGMENTATION_WINDOW)
-        self.active = False
+        self.terms: deque[int] = deque()  # chunks in each of the last FRAGMENTATION_WINDOW terms
+        self.chunks = 0  # their sum
+        self.low_threshold = True  # hysteresis: lowered while matches are taken
 
     def accepts(self, run_chunks: int) -> bool:
-        if not self.recent:
-            return True
-        average = sum(self.recent) / len(self.recent)
-        if self.active and average >= FRAGMENTATION_LEAVE:
-            self.active = False
-        elif not self.active and average < FRAGMENTATION_ENTER:
-            self.active = True
-        return not self.active or run_chunks >= average
+        if len(self.terms) < FRAGMENTATION_WINDOW:
+            return True  # too few terms for an estimate
+        average = self.chunks / len(self.terms)
+        target = FRAGMENTATION_TARGET * FRAGMENTATION_HYSTERESIS if self.low_threshold else FRAGMENTATION_TARGET
+        if average >= target:
+            self.low_threshold = True
+        elif run_chunks < average:
+            self.low_threshold = False  # refusing: take matches again only at the full target
+            return False
+        return True
 
-    def record(self, term_chunks: int) -> None:
-        self.recent.append(term_chunks)
+    def new_term(self, chunks: int) -> None:
+        self.terms.append(chunks)
+        self.chunks += chunks
+        if len(self.terms) > FRAGMENTATION_WINDOW:
+            self.chunks -= self.terms.popleft()
+
+    def grow_term(self, chunks: int) -> None:
+        if self.terms:
+            self.terms[-1] += chunks
+            self.chunks += chunks
 
 
 class _FileState:
@@ -173,8 +195,8 @@ class _FileState:
         self.new_bytes = 0
         self.deduped_bytes = 0
         self.last_global_query = -GLOBAL_DEDUP_SPACING
-        self.unprobed: list[int] = []  # key chunks not looked up yet
-        # Cached xorbs found by probing key chunks ahead of placement: (file chunk j, xorb,
+        self.unprobed: list[int] = []  # chunks not looked up yet
+        # Cached xorbs found by probing chunks ahead of placement: (file chunk j, xorb,
         # index of chunk j in it). A run through chunk j may start before it.
         self.anchors: deque[tuple[int, CachedXorb, int]] = deque()
         # The xorb of the last cached run, and how its chunk numbers relate to the file's
@@ -288,7 +310,7 @@ class Uploader:
         for end, chunk_digest in iter_chunk_hashes(view, sha256_hasher=hasher):
             state.hashes.append(chunk_digest)
             state.offsets.append(end)
-            self._note_key_chunk(state)
+            self._note_chunk(state)
             if query_global:
                 self._maybe_query_global(state)
             while len(state.hashes) - state.placed > PLACEMENT_LAG:
@@ -310,7 +332,7 @@ class Uploader:
         """Place the next chunk(s): a run already stored becomes one term, else one new chunk."""
         i, offsets = state.placed, state.offsets
         run = self._match(state, i)
-        if run is not None and state.guard.accepts(run[2]):
+        if run is not None and (self._continues(state.terms, run[0], run[1]) or state.guard.accepts(run[2])):
             target, start, count = run
             length = offsets[i + count] - offsets[i]
             self._append(state.terms, _Term(target, start, start + count, length, i, i + count), state.guard)
@@ -325,13 +347,18 @@ class Uploader:
         if self.progress:
             self.progress(len(chunk))
 
+    @staticmethod
+    def _continues(terms: list[_Term], target: XetHash | _XorbSlot, chunk_start: int) -> bool:
+        """Whether chunks of `target` from `chunk_start` on would extend the file's last term."""
+        return bool(terms) and terms[-1].target == target and terms[-1].chunk_end == chunk_start
+
     def _append(self, terms: list[_Term], term: _Term, guard: _FragmentationGuard) -> None:
-        last = terms[-1] if terms else None
-        if last is not None and last.target == term.target and last.chunk_end == term.chunk_start:
+        if self._continues(terms, term.target, term.chunk_start):
+            last = terms[-1]
             last.chunk_end, last.length, last.file_chunk_end = term.chunk_end, last.length + term.length, term.file_chunk_end
+            guard.grow_term(term.chunk_end - term.chunk_start)
             return
-        if last is not None:
-            guard.record(last.chunk_end - last.chunk_start)
+        guard.new_term(term.chunk_end - term.chunk_start)
         terms.append(term)
 
     def _match(self, state: _FileState, i: int) -> tuple[XetHash | _XorbSlot, int, int] | None:
@@ -346,19 +373,17 @@ class Uploader:
             return slot, index, n
         return self._cached_run(state, i)
 
-    def _note_key_chunk(self, state: _FileState) -> None:
-        """Queue the newest chunk for an index lookup if it is a key chunk (or the file's first);
-        look the queue up once its oldest has waited PROBE_SPAN chunks."""
+    def _note_chunk(self, state: _FileState) -> None:
+        """Queue the newest chunk for an index lookup unless this session stored it; look the
+        queue up once its oldest has waited PROBE_SPAN chunks."""
         j = len(state.hashes) - 1
-        digest = state.hashes[j]
-        # Keyed answers index every chunk of their xorbs, so probing plain key chunks finds them too.
-        if (j == 0 or is_key_chunk(digest)) and digest not in self._session:
+        if state.hashes[j] not in self._session:
             state.unprobed.append(j)
         if state.unprobed and j - state.unprobed[0] >= PROBE_SPAN:
             self._probe(state)
 
     def _probe(self, state: _FileState) -> None:
-        """Look the queued key chunks up in the index (one query); hits become anchors.
+        """Look the queued chunks up in the index (one query); hits become anchors.
 
         One query per batch rather than per chunk: each query releases the GIL, and with the
         xorb upload threads busy, getting it back costs far more than the lookup itself."""
@@ -371,20 +396,15 @@ class Uploader:
         state.unprobed.clear()
 
     def _cached_run(self, state: _FileState, i: int) -> tuple[XetHash, int, int] | None:
-        """The longest run of chunks from i stored consecutively in one cached xorb, found from
-        the last run's xorb or from an anchor at or after i (extended back to i)."""
+        """The run of chunks from i stored consecutively in one cached xorb: in the last run's
+        xorb if it goes on there (one term, not two), else where the index found chunk i, or a
+        later chunk whose xorb holds chunk i too (a global dedup answer that arrived after
+        chunk i was looked up)."""
         hashes, anchors = state.hashes, state.anchors
         while anchors and anchors[0][0] < i:
             anchors.popleft()
-        candidates = [state.hint] if state.hint is not None else []
-        candidates += [(xorb, index - j) for j, xorb, index in anchors]
-        if state.hint is not None and i + state.hint[1] == len(state.hint[0]):
-            # The last run ended with its xorb: the next xorb of the same upload likely starts
-            # here, and every xorb's first chunk is indexed (key chunk or not).
-            hit = self._index.probe(hashes[i])
-            if hit is not None:
-                candidates.append((hit[0], hit[1] - i))
-        for xorb, offset in candidates:
+        hint = [state.hint] if state.hint is not None else []
+        for xorb, offset in itertools.chain(hint, ((xorb, index - j) for j, xorb, index in anchors)):
             start = i + offset
             if xorb.has(start, hashes[i]):
                 state.hint = (xorb, offset)
@@ -402,7 +422,7 @@ class Uploader:
             return
         if chunk in self._session:
             return
-        self._probe(state)  # eligible chunks are key chunks: is this one cached?
+        self._probe(state)  # is this one cached?
         if state.anchors and state.anchors[-1][0] == i:
             return
         state.last_global_query = i

@@ -43,12 +43,14 @@ def _from_proc(pid: int, with_argv: bool) -> ProcessInfo | None:
 
 
 def _from_ps(pid: int) -> ProcessInfo | None:
-    """`ps -o ppid=,lstart=,args= -p PID`: lstart is five words ("Fri Nov 27 12:48:19 2026");
-    args are split at spaces (ps joins them so), enough to tell a command's name and options."""
+    """`ps -ww -o ppid=,lstart=,args= -p PID`: lstart is five words ("Fri Nov 27 12:48:19 2026");
+    args are split at spaces (ps joins them so), enough to tell a command's name and options.
+    `-ww`: without it ps cuts its line at 80 columns when its output is not a terminal, and a
+    long path to git-lfs lost its name."""
     import subprocess
 
     try:
-        out = subprocess.run(["ps", "-o", "ppid=,lstart=,args=", "-p", str(pid)], capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(["ps", "-ww", "-o", "ppid=,lstart=,args=", "-p", str(pid)], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     words = out.stdout.split()

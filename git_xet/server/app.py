@@ -39,11 +39,12 @@ from starlette.routing import Route
 
 from ..core import hashes
 from ..core.errors import FormatError
-from ..core.http_headers import FILE_HASH, UPLOAD_STREAM
+from ..core.http_headers import FILE_HASH, REFUSED_SHA256, UPLOAD_STREAM
 from ..core.shard import Shard, ShardFooter, parse_shard, serialize_shard
 from ..core.upload_bundle import parse_bundle
 from ..core.xorb import VerifiedXorb
 from ..storage.cas_store import CasStore, Sha256Prefix, StoredFile, chunks_referenced
+from ..storage.history import History, open_history
 from ..storage.index_base import open_index
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import open_s3_objects
@@ -53,6 +54,7 @@ from .grants import GrantMode, Grants
 from .http_io import DEFAULT_IDLE_TIMEOUT, FileRangeResponse, PacedStreamingResponse, read_body
 from .http_guard import BODY_INTO, SEND_FILE, BodySink
 from .hub import HubEmulation, hub_routes
+from .locks import LockApi, lock_routes
 from .reconstruction import parse_range_header, with_signed_urls
 from .upload_streams import StreamRef, UploadStreams, parse_header, stream_ref
 from .xorb_intake import MAX_XORB_BODY, ReceiveBuffers, ReceivedXorb, receive_xorb
@@ -133,6 +135,7 @@ class CasApp:
         self._running_lock = threading.Lock()
         self.receive_buffers = ReceiveBuffers()
         self.upload_streams = UploadStreams(self.store.xorb_pieces)
+        self.history: History = open_history(config.index_url, config.data_dir, writable=not self.store.read_only)
 
     async def revoked(self) -> frozenset[str]:
         """Revoked token ids, re-read from the index at most once a second (`git xet token
@@ -142,9 +145,12 @@ class CasApp:
             self._revoked_at = time.monotonic()
         return self._revoked
 
-    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds=KINDS) -> Claims:
-        """The claims of the request's bearer token (or `token`), checked from headers alone."""
-        return self.signer.verify(token if token is not None else presented_token(request.headers.get("authorization", "")), needed, await self.revoked(), kinds)
+    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds=KINDS, repo: str | None = None) -> Claims:
+        """The claims of the request's bearer token (or `token`), checked from headers alone, for
+        `repo` (None: the one repo the token names, which the CAS routes act on as claims.repo)."""
+        claims = self.signer.verify(token if token is not None else presented_token(request.headers.get("authorization", "")), needed, await self.revoked(), kinds)
+        claims.may(needed, repo)
+        return claims
 
     def validations(self) -> asyncio.Semaphore:
         if self._validations is None:
@@ -362,16 +368,29 @@ class CasApp:
         """What the shard's upload stream hashed (waits for it: call in a worker thread)."""
         return None if stream is None else self.upload_streams.prefix(stream)
 
-    def _register(self, body: bytes, repo: str, progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
+    def _register(self, body: bytes, repo: str, refused: list[str], progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
+        """Register a shard; files whose sha256 claim is wrong go into `refused` (see shard_result)."""
         prefix = self._stream_prefix(stream)
-        return self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix)
+        inserted = self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix, refused=refused)
+        if inserted:
+            self.record_push(repo, parsed if parsed is not None else parse_shard(body))
+        return inserted
+
+    def record_push(self, repo: str, shard: Shard) -> None:
+        """A shard a repo newly registered, in the history the admin page shows (best effort:
+        the push has succeeded whether or not its row is written)."""
+        try:
+            self.history.record_push(repo, len(shard.files), sum(t.unpacked_bytes for f in shard.files for t in f.terms))
+        except Exception as exc:  # noqa: BLE001 - any database failure: logged, never fails the push
+            log.warning("could not record a push of %s in the history: %s", repo, type(exc).__name__)
 
     async def upload_shard_v1(self, request: Request) -> Response:
         claims = await self.authorize(request, "write")
         body = await self.read_body(request, MAX_SHARD_BODY)
         small = _parsed_if_small(body)
-        inserted = await self.validated(small, self._register, body, claims.repo, None, small, self.upload_stream(request, claims))
-        return JSONResponse({"result": 1 if inserted else 0})
+        refused: list[str] = []
+        inserted = await self.validated(small, self._register, body, claims.repo, refused, None, small, self.upload_stream(request, claims))
+        return JSONResponse(shard_result(inserted, refused))
 
     async def upload_bundle(self, request: Request) -> Response:
         """A shard and its small xorbs in one body (core/upload_bundle.py, our agent's small
@@ -385,16 +404,20 @@ class CasApp:
             raise RequestRefused(400, f"invalid upload bundle: {exc}") from None
         shard_body = bytes(shard)
         small = _parsed_if_small(shard_body)
-        inserted = await self.validated(small, self._store_bundle, xorbs, shard_body, claims.repo, small, self.upload_stream(request, claims))
-        return JSONResponse({"result": 1 if inserted else 0})
+        refused: list[str] = []
+        inserted = await self.validated(small, self._store_bundle, xorbs, shard_body, claims.repo, small, self.upload_stream(request, claims), refused)
+        return JSONResponse(shard_result(inserted, refused))
 
     def _store_bundle(
-        self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None, stream: StreamRef | None
+        self, xorbs: list[tuple[hashes.XetHash, memoryview]], shard: bytes, repo: str, parsed: Shard | None, stream: StreamRef | None, refused: list[str]
     ) -> bool:
         """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
         hand-offs cost more than the work."""
         prefix = self._stream_prefix(stream)
-        return self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix)
+        inserted = self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix, refused=refused)
+        if inserted:
+            self.record_push(repo, parsed if parsed is not None else parse_shard(shard))
+        return inserted
 
     async def upload_shard_v2(self, request: Request) -> Response:
         """NDJSON frames: `validating` while the sha256 of the shard's files is computed from the
@@ -414,7 +437,8 @@ class CasApp:
 
             yield frame({"type": "validating", "verified": 0, "total": 1})
             small = _parsed_if_small(body)
-            work = asyncio.ensure_future(self.validated(small, self._register, body, claims.repo, progress, small, self.upload_stream(request, claims)))
+            wrong_claims: list[str] = []
+            work = asyncio.ensure_future(self.validated(small, self._register, body, claims.repo, wrong_claims, progress, small, self.upload_stream(request, claims)))
             try:
                 while not work.done():
                     update = asyncio.ensure_future(updates.get())
@@ -437,7 +461,7 @@ class CasApp:
                 yield frame(error_frame(refused, "internal error registering the shard"))
                 return
             yield frame({"type": "committing", "stage": "syncing"})
-            yield frame({"type": "result", "result": 1 if inserted else 0})
+            yield frame({"type": "result", **shard_result(inserted, wrong_claims)})
 
         return PacedStreamingResponse(frames(), self.config.idle_timeout, media_type="application/x-ndjson")
 
@@ -461,6 +485,16 @@ class CasApp:
 
     async def telemetry(self, request: Request) -> Response:
         return JSONResponse({})
+
+
+def shard_result(inserted: bool, refused: list[str]) -> dict[str, object]:
+    """A shard upload's answer: hf-xet's `result`, and the files (hashes) whose sha256 claim
+    was wrong, registered without that oid (REFUSED_SHA256, when there are any): the other
+    files of the shard stand, and a client that sent the claim learns that it was refused."""
+    answer: dict[str, object] = {"result": 1 if inserted else 0}
+    if refused:
+        answer[REFUSED_SHA256] = sorted(set(refused))
+    return answer
 
 
 def _parsed_if_small(body: bytes) -> Shard | None:
@@ -501,10 +535,12 @@ def _routes(app: CasApp) -> list[Route]:
 
 
 class _AccessLog:
-    """ASGI middleware: one structured line per request; never the query string or headers."""
+    """ASGI middleware: one structured line per request; never the query string or headers;
+    and the same figures to `observe` (the metrics), with the route's template."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, observe: Callable[[str, str, int, float, int, int], None]) -> None:
         self.app = app
+        self.observe = observe
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -551,19 +587,23 @@ class _AccessLog:
             if logged:
                 return
             logged = True
+            seconds = time.perf_counter() - start
+            bytes_in = seen["bytes_in"] + sum(sink.received for sink in sinks)
             log.info(
                 json.dumps(
                     {
                         "method": scope["method"],
                         "path": scope["path"],
                         "status": seen["status"],
-                        "ms": round(1000 * (time.perf_counter() - start), 1),
-                        "bytes_in": seen["bytes_in"] + sum(sink.received for sink in sinks),  # request and response body sizes
+                        "ms": round(1000 * seconds, 1),
+                        "bytes_in": bytes_in,  # request and response body sizes
                         "bytes_out": seen["bytes_out"],
                         "client": (scope.get("client") or ["?"])[0],
                     }
                 )
             )
+            # The router leaves the matched route in the scope: its template bounds the labels.
+            self.observe(getattr(scope.get("route"), "path", "unmatched"), scope["method"], seen["status"], seconds, bytes_in, seen["bytes_out"])
 
         async def send_wrapper(message) -> None:
             if message["type"] == "http.response.start":
@@ -586,14 +626,29 @@ class _AccessLog:
 
 
 def create_app(config: ServerConfig) -> Starlette:
+    # Imported here, not above: prometheus-client picks its multiprocess mode at import, after
+    # `serve` has set its directory (see metrics.py).
+    from . import metrics
+    from .operator import Operator, operator_routes
+
     app = CasApp(config)
     hub = HubEmulation(app)
 
     starlette = Starlette(
-        routes=_routes(app) + hub_routes(hub),
-        exception_handlers=exception_handlers(),
+        routes=_routes(app) + hub_routes(hub) + lock_routes(LockApi(app)) + operator_routes(Operator(app, app.history)),
+        exception_handlers={kind: _counting_errors(handler, metrics.storage_error) for kind, handler in exception_handlers().items()},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect
     starlette.state.cas = app
-    starlette.add_middleware(_AccessLog)
+    starlette.add_middleware(_AccessLog, observe=metrics.observe_request)
     return starlette
+
+
+def _counting_errors(handler, count: Callable[[BaseException], None]):
+    """`handler`, counting each error it answers (the metrics' index and object-store errors)."""
+
+    async def counted(request: Request, exc: Exception) -> Response:
+        count(exc)
+        return await handler(request, exc)
+
+    return counted

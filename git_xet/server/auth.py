@@ -1,7 +1,7 @@
 """Bearer tokens and signed URLs, all HMAC-SHA256 under the server's secret.
 
 Token: ``xet1.<base64url(json claims)>.<base64url(mac)>`` with claims ``{"kind", "id", "scope",
-"exp", "repo"}``. Two kinds:
+"exp", "repo"}`` and, for a token minted with --user, ``"user"``. Two kinds:
 
 - ``user``: what `git xet token` mints and what people store in git credentials or
   `xet.token`. Long-lived; `id` is its own random id, which `git xet token --revoke` puts on the
@@ -10,7 +10,10 @@ Token: ``xet1.<base64url(json claims)>.<base64url(mac)>`` with claims ``{"kind",
   never outliving its parent, carrying the parent's `id` (revoking the parent revokes it). Only
   user tokens may mint tokens, so a CAS token leaked in a trace dies within minutes.
 
-`repo` names the one repo the token acts on; `scope` is read or write (write also reads).
+`repo` names the one repo the token acts on, or a namespace pattern `NS/*` (server/access.py);
+`scope` is read, write (also reads) or admin (also writes, and force-unlocks). `user` names who
+owns the locks the token takes; a token without one (minted before users existed, or without
+--user) is its own user, `token:<id>`. A CAS token always names the one repo it was minted for.
 Signed URLs use their own MAC domains: a xorb URL is bound to (xorb, byte range, expiry, token
 id), a bridge URL to (repo, file, expiry, token id); neither can be replayed as the other, and
 the server refuses both once their token is revoked.
@@ -33,9 +36,10 @@ from pathlib import Path
 from ..core.token_format import PREFIX as _PREFIX
 from ..core.token_format import b64 as _b64
 from ..core.token_format import unb64 as _unb64
+from . import access
 from .errors import RequestRefused, SecretError
 
-SCOPES = ("read", "write")
+SCOPES = access.ROLES
 KINDS = ("user", "cas")
 MIN_SECRET_BYTES = 16
 
@@ -50,10 +54,33 @@ class Claims:
     id: str  # the user token's id (a CAS token carries its parent's)
     scope: str
     exp: int
-    repo: str
+    repo: str  # one repo id, or a namespace pattern NS/* (user tokens only)
+    user: str = ""  # "" for tokens minted without --user
+
+    @property
+    def owner(self) -> str:
+        """The user the token acts as (the owner of the locks it takes)."""
+        return self.user or access.TOKEN_OWNER_PREFIX + self.id
 
     def allows(self, needed: str) -> bool:
-        return self.scope == "write" or needed == "read"
+        return access.role_allows(self.scope, needed)
+
+    def may(self, needed: str, repo: str | None = None) -> str:
+        """The repo this token acts on for a request needing `needed` on `repo` (None: the one
+        repo the token names); AuthError 403 if it may not. Every route decides here."""
+        if repo is None:
+            if access.is_pattern(self.repo):
+                raise AuthError(
+                    403,
+                    f"this token covers the namespace {self.repo}, not one repo: use a repo's LFS endpoint "
+                    f"(https://HOST/{self.repo[:-2]}/NAME.git/info/lfs), or mint a token with `git xet token --repo {self.repo[:-2]}/NAME`",
+                )
+            repo = self.repo
+        elif not access.grant_covers(self.repo, repo):
+            raise AuthError(403, f"this token is for another repo than {repo}; mint one with `git xet token --repo {repo}`")
+        if not self.allows(needed):
+            raise AuthError(403, f"token scope '{self.scope}' does not allow {needed} on {repo}")
+        return repo
 
 
 def presented_token(authorization: str, *, basic: bool = False) -> str | None:
@@ -182,26 +209,32 @@ class Signer:
 
     def _encode(self, claims: Claims) -> str:
         payload = {"kind": claims.kind, "id": claims.id, "scope": claims.scope, "exp": claims.exp, "repo": claims.repo}
+        if claims.user:
+            payload["user"] = claims.user
         body = _b64(json.dumps(payload, separators=(",", ":")).encode())
         return f"{_PREFIX}.{body}.{_b64(self._mac('token', body.encode()))}"
 
-    def mint_user(self, scope: str, ttl: int, repo: str, now: float | None = None) -> tuple[str, Claims]:
-        """A user token (and its claims, for the id): what people keep in their credentials."""
+    def mint_user(self, scope: str, ttl: int, repo: str, now: float | None = None, user: str = "") -> tuple[str, Claims]:
+        """A user token (and its claims, for the id): what people keep in their credentials.
+        `repo` is one repo or a pattern NS/*; `user` names its owner (ValueError if malformed)."""
         if scope not in SCOPES:
             raise ValueError(f"scope must be one of {SCOPES}")
-        if not repo:
-            raise ValueError("a token must name a repo")
-        claims = Claims("user", secrets.token_hex(8), scope, int((time.time() if now is None else now) + ttl), repo)
+        access.check_grant(repo)
+        if user:
+            access.check_user(user)
+        claims = Claims("user", secrets.token_hex(8), scope, int((time.time() if now is None else now) + ttl), repo, user)
         return self._encode(claims), claims
 
-    def mint_cas(self, parent: Claims, scope: str, ttl: int, now: float | None = None) -> tuple[str, int]:
-        """A short CAS token for the parent user token's repo; it expires with its parent at the latest."""
+    def mint_cas(self, parent: Claims, scope: str, ttl: int, now: float | None = None, repo: str | None = None) -> tuple[str, int]:
+        """A short CAS token for one repo the parent user token covers (None: the one it names);
+        it expires with its parent at the latest and never allows more than `scope` (read or write)."""
         if parent.kind != "user":
             raise AuthError(403, "only a user token can mint CAS tokens")
-        if not parent.allows(scope):
-            raise AuthError(403, f"token scope '{parent.scope}' does not allow {scope}")
+        if scope not in ("read", "write"):
+            raise ValueError("a CAS token reads or writes")
+        target = parent.may(scope, repo)
         exp = min(parent.exp, int((time.time() if now is None else now) + ttl))
-        return self._encode(Claims("cas", parent.id, scope, exp, parent.repo)), exp
+        return self._encode(Claims("cas", parent.id, scope, exp, target, parent.user)), exp
 
     def verify(
         self,
@@ -225,7 +258,7 @@ class Signer:
         if not good or not isinstance(raw, dict):
             raise AuthError(401, "invalid token signature")
         try:
-            claims = Claims(str(raw["kind"]), str(raw["id"]), str(raw["scope"]), int(raw["exp"]), str(raw["repo"]))
+            claims = Claims(str(raw["kind"]), str(raw["id"]), str(raw["scope"]), int(raw["exp"]), str(raw["repo"]), str(raw.get("user", "")))
         except (KeyError, TypeError, ValueError):
             raise AuthError(401, "token from an older git-xet server; mint a new one with `git xet token --repo REPO`") from None
         if claims.exp < (time.time() if now is None else now):

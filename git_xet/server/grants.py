@@ -144,6 +144,9 @@ class Grants:
         if not hmac.compare_digest(sig, self._sign(xorb, length, crc, exp, grant_id, stream)):
             raise RequestRefused(403, "upload grant signature does not match")
         if exp < time.time():
+            from .metrics import grant_event  # not above: see metrics.py on when it may be imported
+
+            grant_event("expired")
             raise RequestRefused(403, "upload grant expired; ask for a new one")
         async with self.app.receive_xorb(request, length, crc=True) as received:
             if received.length != length:
@@ -246,9 +249,12 @@ def start_upload_collector(bucket: S3ObjectStore, interval: float = COLLECT_INTE
     thread (a failed round is logged and retried at the next)."""
 
     def loop() -> None:
+        from .metrics import grant_event  # not above: see metrics.py on when it may be imported
+
         while True:
             try:
                 removed = collect_abandoned_uploads(bucket)
+                grant_event("expired", removed)  # a staged upload never committed: its grant expired unused
                 if removed:
                     log.info("removed %d abandoned grant uploads from %s", removed, bucket.location)
             except Exception as exc:  # noqa: BLE001 - the store may be down for a while; try again later

@@ -38,6 +38,8 @@ from typing import BinaryIO, cast
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from ..platform.sendfile import native_sendfile
+
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 # The scope extension under which a handler finds `into(buffer, limit) -> BodySink`.
@@ -182,7 +184,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.scope is self.scope:  # else no request to run (an upgrade)
             extensions = cast("dict[str, object]", cycle.scope.setdefault("extensions", {}))
             extensions[BODY_INTO] = functools.partial(self._body_into, cycle)
-            if isinstance(self.loop, asyncio.selector_events.BaseSelectorEventLoop):  # its sendfile is native
+            if native_sendfile(self.loop):
                 extensions[SEND_FILE] = functools.partial(self._send_file, cycle)
 
     def _body_into(self, cycle: RequestResponseCycle, buffer: bytearray | mmap.mmap, limit: int) -> BodySink:

@@ -4,13 +4,20 @@ This is what lets git-lfs (and our agent in server-negotiated mode) use this ser
 they use the Hub:
 
     POST /{repo}.git/info/lfs/objects/batch
-        upload: transfer "xet"; each object the repo does not have gets an action whose header
-        carries X-Xet-Cas-Url / X-Xet-Access-Token / X-Xet-Token-Expiration / X-Xet-Session-Id
-        and whose href is the token refresh route. Objects the repo has get no action.
+        upload: with "xet" offered, transfer "xet"; each object the repo does not have gets an
+        action whose header carries X-Xet-Cas-Url / X-Xet-Access-Token / X-Xet-Token-Expiration
+        / X-Xet-Session-Id and whose href is the token refresh route. Otherwise (a stock
+        git-lfs) "basic": the href is a PUT route that stores the object as XET
+        (basic_uploads.py). Objects the repo has get no action.
         download: with "xet" offered, the action header also names the file (X-Xet-Hash);
-        otherwise a "basic" href to the bridge, which streams the reconstructed file.
+        otherwise a "basic" href to the bridge, which streams the reconstructed file (or the
+        Range asked for).
         `/git-xet.git/info/lfs` is the batch API of the repo the token names: standalone agents
         look oids up there without knowing a repo name.
+    PUT /{repo}.git/info/lfs/basic/{oid}
+        a basic upload: the whole object, stored as XET (basic_uploads.py).
+    GET /xet-bridge-us/{repo}/{file}?exp=&sig=
+        a basic download: the file, or the Range asked for (file_ranges.py).
     GET /api/{models|datasets|spaces}/{repo}/xet-{read|write}-token/{rev}
         {"casUrl", "exp", "accessToken"}, and the same as X-Xet-* headers.
 
@@ -36,8 +43,10 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
 from ..storage.cas_store import CasStore, StoredFile
-from .auth import KINDS, AuthError, Claims, Signer, presented_token
+from .auth import KINDS, Claims, Signer, presented_token
+from .basic_uploads import BasicUploads, upload_href
 from .errors import RequestRefused, error_response, lfs_error_response
+from .file_ranges import ranged_response
 from .worker_threads import in_worker
 
 REPO_KINDS = ("models", "datasets", "spaces")
@@ -101,7 +110,7 @@ class HubHost(Protocol):
     @property
     def config(self) -> HubSettings: ...
 
-    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS) -> Claims: ...
+    async def authorize(self, request: Request, needed: str, token: str | None = None, kinds: Collection[str] = KINDS, repo: str | None = None) -> Claims: ...
 
     async def revoked(self) -> frozenset[str]: ...
 
@@ -115,13 +124,14 @@ class HubHost(Protocol):
 class HubEmulation:
     def __init__(self, cas: HubHost) -> None:
         self.cas = cas
+        self.basic_uploads = BasicUploads(cas.store, cas.config.idle_timeout)
 
-    async def _user(self, request: Request, needed: str, repo: str | None) -> Claims:
-        """The user token's claims, for `repo` (None: the standalone alias, the token's own)."""
-        claims = await self.cas.authorize(request, needed, token=presented_token(request.headers.get("authorization", ""), basic=True) or "", kinds=("user",))
-        if repo is not None and claims.repo != repo:
-            raise AuthError(403, f"this token is for another repo than {repo}; mint one with `git xet token --repo {repo}`")
-        return claims
+    async def _user(self, request: Request, needed: str, repo: str | None) -> tuple[Claims, str]:
+        """The user token's claims and the repo it acts on: `repo` if the token covers it (None:
+        the standalone alias, the one repo the token names)."""
+        token = presented_token(request.headers.get("authorization", ""), basic=True) or ""
+        claims = await self.cas.authorize(request, needed, token=token, kinds=("user",), repo=repo)
+        return claims, claims.may(needed, repo)
 
     def _lookup(self, repo: str, oids: list[str]) -> dict:
         return {oid: self.cas.store.file_by_sha256(oid, repo) for oid in oids}
@@ -129,7 +139,7 @@ class HubEmulation:
     async def batch(self, request: Request) -> Response:
         path_repo = request.path_params["repo"].removesuffix(".git").strip("/")
         try:  # credentials from headers first: nothing of the body is read for a stranger
-            claims = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
+            claims, repo = await self._user(request, "read", None if path_repo == STANDALONE_REPO_ALIAS else path_repo)
             body = await self.cas.read_body(request, MAX_BATCH_BODY)
         except RequestRefused as exc:
             return lfs_error_response(exc.status, exc.message)
@@ -142,12 +152,9 @@ class HubEmulation:
         needed = "write" if operation == "upload" else "read"
         if not claims.allows(needed):
             return lfs_error_response(403, f"token scope '{claims.scope}' does not allow {needed}")
-        if operation == "upload" and "xet" not in transfers:
-            return lfs_error_response(422, "this server stores LFS objects with XET only: install git-xet (`git xet install`)")
         transfer = "xet" if "xet" in transfers else "basic"
-        repo = claims.repo
         base = self.cas.base_url(request)
-        token, exp = self.cas.signer.mint_cas(claims, needed, self.cas.config.cas_token_ttl)
+        token, exp = self.cas.signer.mint_cas(claims, needed, self.cas.config.cas_token_ttl, repo=repo)
         session = str(uuid.uuid4())
         valid = [o["oid"].lower() for o in objects if self._valid(o)]
         stored_by_oid = await in_worker(self._lookup, repo, valid)
@@ -162,8 +169,10 @@ class HubEmulation:
             if stored is not None and stored.size != size:
                 entry["error"] = {"code": 422, "message": f"object {oid} is stored with size {stored.size}, not {size}"}
             elif operation == "upload":
-                if stored is None:
+                if stored is None and transfer == "xet":
                     entry["actions"] = {"upload": self._xet_action(base, repo, "write", token, exp, session)}
+                elif stored is None:  # a stock git-lfs: the whole object, stored as XET here (basic_uploads.py)
+                    entry["actions"] = {"upload": {"href": upload_href(base, repo, oid), "header": {"Authorization": f"Bearer {token}"}, "expires_in": max(1, exp - int(time.time()))}}
             elif stored is None:
                 entry["error"] = {"code": 404, "message": "object not found"}
             elif transfer == "xet":
@@ -171,7 +180,7 @@ class HubEmulation:
                 action["header"][FILE_HASH] = stored.file_hex
                 entry["actions"] = {"download": action}
             else:
-                href, exp = self._bridge_url(base, claims, stored.file_hex)
+                href, exp = self._bridge_url(base, claims, repo, stored.file_hex)
                 entry["actions"] = {"download": {"href": href, "expires_in": max(1, exp - int(time.time()))}}
             out.append(entry)
         return JSONResponse({"transfer": transfer, "objects": out, "hash_algo": "sha256"}, media_type=LFS_MEDIA_TYPE)
@@ -196,13 +205,24 @@ class HubEmulation:
             "expires_in": max(1, exp - int(time.time())),
         }
 
-    def _bridge_url(self, base: str, claims: Claims, file_hex: str) -> tuple[str, int]:
+    def _bridge_url(self, base: str, claims: Claims, repo: str, file_hex: str) -> tuple[str, int]:
         """(URL, expiry), shaped like the Hub's cas-bridge hrefs: the XET file hash is the last
         path segment; signed for (repo, file, expiry, token id) in a MAC domain of its own. It
-        lives no longer than the token that asked for it, and dies with its revocation."""
+        lives no longer than the token that asked for it, and dies with its revocation. `repo`:
+        the one repo the request acts on (a namespace token's claims name a pattern)."""
         exp = min(int(time.time()) + self.cas.config.url_ttl, claims.exp)
-        sig = self.cas.signer.sign_bridge(claims.repo, file_hex, exp, claims.id)
-        return f"{base}/xet-bridge-us/{claims.repo}/{file_hex}?{urlencode({'exp': exp, 't': claims.id, 'sig': sig})}", exp
+        sig = self.cas.signer.sign_bridge(repo, file_hex, exp, claims.id)
+        return f"{base}/xet-bridge-us/{repo}/{file_hex}?{urlencode({'exp': exp, 't': claims.id, 'sig': sig})}", exp
+
+    async def basic_upload(self, request: Request) -> Response:
+        """A `basic` upload's PUT: the token of the batch's action (or the user's, by a client
+        that sends its own credentials) must allow writing to the path's repo."""
+        path_repo = request.path_params["repo"].removesuffix(".git").strip("/")
+        try:
+            await self.cas.authorize(request, "write", token=presented_token(request.headers.get("authorization", ""), basic=True) or "", repo=path_repo)
+        except RequestRefused as exc:
+            return lfs_error_response(exc.status, exc.message)
+        return await self.basic_uploads.put(request, path_repo)
 
     async def token_route(self, request: Request) -> Response:
         """Mint a CAS token from a user token of this repo (never from a CAS token)."""
@@ -210,8 +230,8 @@ class HubEmulation:
         if kind not in REPO_KINDS:
             return error_response(RequestRefused(404, f"unknown repo type {kind!r}"))
         mode = "write" if request.url.path.split("/")[-2] == "xet-write-token" else "read"
-        claims = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
-        token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl)
+        claims, repo = await self._user(request, mode, repo_id(kind, request.path_params["repo"]))
+        token, exp = self.cas.signer.mint_cas(claims, mode, self.cas.config.cas_token_ttl, repo=repo)
         base = self.cas.base_url(request)
         headers = {CAS_URL: base, ACCESS_TOKEN: token, TOKEN_EXPIRATION: str(exp), "Cache-Control": "no-store"}
         return JSONResponse({"casUrl": base, "exp": exp, "accessToken": token}, headers=headers)
@@ -220,7 +240,8 @@ class HubEmulation:
         return self.cas.store.get_file(file_hex) if self.cas.store.repo_has_file(repo, file_hex) else None
 
     async def bridge(self, request: Request) -> Response:
-        """Serve a whole file by reconstructing it here: how plain `basic` git-lfs downloads."""
+        """Serve a file (or the byte range asked for: how git-lfs resumes) by reconstructing it
+        here: how plain `basic` git-lfs downloads."""
         repo, file_hex = request.path_params["repo"], request.path_params["file"].lower()
         if not hashes.is_hash_hex(file_hex):
             return error_response(RequestRefused(400, "invalid file hash"))
@@ -234,12 +255,14 @@ class HubEmulation:
         stored = await in_worker(self._bridge_file, repo, file_hex)
         if stored is None:
             return error_response(RequestRefused(404, "file not found"))
-        return self.cas.whole_file(stored)
+        whole = self.cas.whole_file(stored, {"Accept-Ranges": "bytes"})
+        return ranged_response(self.cas.store, stored, request.headers.get("range"), self.cas.config.idle_timeout, whole)
 
 
 def hub_routes(hub: HubEmulation) -> list[Route]:
     return [
         Route("/{repo:path}/info/lfs/objects/batch", hub.batch, methods=["POST"]),
+        Route("/{repo:path}/info/lfs/basic/{oid}", hub.basic_upload, methods=["PUT"]),
         Route("/api/{kind}/{repo:path}/xet-read-token/{rev}", hub.token_route),
         Route("/api/{kind}/{repo:path}/xet-write-token/{rev}", hub.token_route),
         Route("/xet-bridge-us/{repo:path}/{file}", hub.bridge),

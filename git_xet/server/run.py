@@ -12,6 +12,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 
+from ..platform.locks import lock_file
 from ..storage.errors import StorageError
 from ..storage.objects import DirectoryObjectStore
 from .app import ServerConfig, create_app
@@ -21,6 +22,14 @@ from .http_guard import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES, guarde
 from .http_io import DEFAULT_IDLE_TIMEOUT
 
 DEFAULT_MAX_CONNECTIONS = 512
+# How long a kept-alive connection may wait for its next request. Clients and proxies keep idle
+# connections for about a minute (AWS load balancers 60 s, nginx 75 s, Node's undici as long as
+# our Keep-Alive header says, hyper 90 s) and do not resend a POST written to a socket the
+# server had closed meanwhile: at uvicorn's 5 s, huggingface.js lost the xorb POST it sent after
+# chunking a large file with its event loop blocked. Outliving a proxy's own idle limit also
+# means the proxy, not us, closes the connections it pools. Idle connections count against
+# --max-connections, which keeps them bounded.
+DEFAULT_KEEP_ALIVE_TIMEOUT = 75
 
 log = logging.getLogger("git_xet.server")
 
@@ -29,12 +38,10 @@ def lock_data_dir(data_dir: Path) -> int | None:
     """Hold `<data>/server.lock` for the life of this process (returns its descriptor), or
     None when another server process holds it: two servers on one data directory would each
     think the other's half-written files abandoned."""
-    import fcntl
-
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir / "server.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock_file(fd, wait=False)
     except BlockingIOError:
         os.close(fd)
         return None
@@ -51,6 +58,7 @@ class Limits:
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT
 
 
 def is_loopback(host: str) -> bool:
@@ -119,6 +127,22 @@ def serve(
         return 1
     elif removed := DirectoryObjectStore(data_dir).remove_abandoned_temp_files():
         log.info("removed %d temp files left by an interrupted write", removed)
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Each worker's metrics go to files here, and a scrape of any worker sums them all
+        # (metrics.py); a directory of our own, so no earlier run's files are counted.
+        import atexit
+        import shutil
+        import tempfile
+
+        metrics_dir = tempfile.mkdtemp(prefix="git-xet-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        parent = os.getpid()
+
+        def remove_metrics_dir() -> None:
+            if os.getpid() == parent:  # the workers exit through os._exit, but say so anyway
+                shutil.rmtree(metrics_dir, ignore_errors=True)
+
+        atexit.register(remove_metrics_dir)
     if objects:
         problem = _check_bucket(objects)
         if problem:
@@ -153,7 +177,9 @@ def serve(
             timeout_graceful_shutdown=10,
             http=guarded_protocol(limits.header_timeout, limits.max_header_bytes),
             limit_concurrency=limits.max_connections,
-            timeout_keep_alive=5,
+            timeout_keep_alive=limits.keep_alive_timeout,
+            # Said on every answer: undici keeps a connection as long as this says (else 4 s).
+            headers=[("Keep-Alive", f"timeout={limits.keep_alive_timeout}")],
         )
         uvicorn.Server(server_config).run(sockets=[sock])
 

@@ -28,7 +28,8 @@ import signal
 import sys
 from collections.abc import Callable
 
-from ..processes import die_with_parent
+from ..platform.parent_death import die_with_parent
+from ..platform.switch import portable
 
 log = logging.getLogger("git_xet.server")
 
@@ -36,7 +37,10 @@ DEFAULT_WORKERS = 2
 
 
 def default_workers() -> int:
-    """DEFAULT_WORKERS, or the cores this process may run on if fewer."""
+    """DEFAULT_WORKERS, or the cores this process may run on if fewer; 1 where there is no
+    fork (Windows) or with GIT_XET_PORTABLE=1 (the accelerators off: one process serves)."""
+    if not hasattr(os, "fork") or portable():
+        return 1
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
@@ -48,6 +52,8 @@ def run_workers(count: int, serve_one: Callable[[], None], after_fork: Callable[
     """Fork `count` workers that each call serve_one() (which serves until SIGTERM), run
     after_fork() here, wait for all of them, and return this server's exit status: 0 if they
     stopped because we were asked to stop, 1 if one of them exited on its own."""
+    if not hasattr(os, "fork"):
+        raise OSError(f"--workers {count} needs fork(), which {sys.platform} lacks: serve with one worker, and run replicas on one index to scale")
     parent = os.getpid()
     workers: set[int] = set()
     for _ in range(count):

@@ -25,7 +25,7 @@ from starlette.requests import Request
 
 from ..core.xorb import MAX_XORB_BODY_BYTES
 from ..core.xorb_stream import StreamingXorbVerifier
-from ..memory import anonymous_buffer
+from ..platform.memory import anonymous_buffer, free_pages
 from .http_io import body_into
 from .worker_threads import in_worker
 
@@ -57,11 +57,7 @@ class ReceiveBuffers:
         with self._lock:
             if len(self._idle) >= self._keep:
                 return  # unmapped once the last view of it is gone
-            if hasattr(mmap, "MADV_FREE"):
-                try:
-                    buffer.madvise(mmap.MADV_FREE)
-                except OSError:  # a kernel before 4.5: the pages simply stay
-                    pass
+            free_pages(buffer)
             self._idle.append(buffer)
 
     @property

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..core import hashes
-from ..core.errors import FormatError
+from ..core.errors import FormatError, XetError
 from ..core.shard import parse_shard
 from ..core.xorb import verify_xorb
 from .cas_store import STAGED_UPLOADS, CasStore
@@ -200,7 +200,7 @@ def _orphans(listing: list[tuple[str, float]], xorbs: set[str], shards: frozense
             yield key, mtime  # nothing references a staged upload
 
 
-class _WrittenRecently(Exception):
+class _WrittenRecently(XetError):
     """Raised inside an index transaction to keep an object that is absent or was written since
     the grace cutoff (rolling back the transaction's unindexing)."""
 

@@ -34,9 +34,9 @@ from typing import BinaryIO, NamedTuple, Protocol
 
 from ..core import hashes
 from ..core.errors import FormatError
-from ..core.shard import CasInfo, FileTerm, Shard, parse_shard
+from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, XorbLayout, decode_chunk, parse_chunk_records, verify_xorb
-from .errors import Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
+from .errors import Conflict, Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
 from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, NewXorb, ShardRegistration, StoredFile, open_index
 from .objects import DirectoryObjectStore, ObjectStore
 from ..readahead import readahead
@@ -51,6 +51,7 @@ READ_AHEAD_ABOVE = 4 * 1024 * 1024
 READ_AHEAD_PIECES = 4
 
 log = logging.getLogger("git_xet.storage")
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Chunks a shard's files may reference in all: 512 GiB of file data at the 64 KiB average chunk.
 # Checking a file costs ~3 us and ~120 bytes per referenced chunk (~25 s, ~1 GB at this bound),
 # and one 48-byte term can name up to 8192 chunks: without a bound a 64 MiB shard of repeated
@@ -115,6 +116,27 @@ def _begins_with_whole(terms: Sequence[FileTerm], xorbs: Sequence[bytes], layout
 def chunks_referenced(shard: Shard) -> int:
     """How many chunks a shard's files name in all (what checking them costs)."""
     return sum(max(t.chunk_end - t.chunk_start, 0) for info in shard.files for t in info.terms)
+
+
+def _claimed_sha256(info: FileInfo) -> str | None:
+    """The sha256 a shard claims for a file, as hex; None when it claims none. hf-xet 1.8.0
+    writes 32 zero bytes for a 0-byte file it uploads by path: for such a file that claim means
+    the empty sha256 (the Hub accepts it), never the all-zero digest, which no content has."""
+    if info.sha256 is None:
+        return None
+    if info.size == 0 and info.sha256 == bytes(32):
+        return EMPTY_SHA256
+    return info.sha256.hex()
+
+
+def _wrong_claim(file_hex: str, claim: str, actual: str, refused: list[str] | None) -> None:
+    """A file's sha256 claim is not its content's: refuse the shard (no `refused` list), or
+    note the file there for the caller to report (see register_shard)."""
+    message = f"file {file_hex}: its sha256 metadata {claim} does not match its content (sha256 {actual})"
+    if refused is None:
+        raise Rejected(message)
+    log.warning("%s; registered without that oid", message)
+    refused.append(file_hex)
 
 
 class CasStore:
@@ -225,6 +247,7 @@ class CasStore:
         verify_sha256: bool = False,
         parsed: Shard | None = None,
         prefix: Sha256Prefix | None = None,
+        refused: list[str] | None = None,
     ) -> bool:
         """put_xorb of each xorb, then register_shard: an upload bundle (a small file's xorb
         and its shard; or a large file's last xorb, and its shard), with the same checks,
@@ -245,16 +268,16 @@ class CasStore:
         if len(pending) != 1 or shard is None or chunks_referenced(shard) > BUNDLE_CHUNKS:
             for xorb_hex, body in pending:
                 self.put_xorb(xorb_hex, body)
-            return self.register_shard(shard_body, repo, verify_sha256, parsed=shard, prefix=prefix)
+            return self.register_shard(shard_body, repo, verify_sha256, parsed=shard, prefix=prefix, refused=refused)
         xorb_hex, body = pending[0]
         key = self.xorb_key(xorb_hex)
         verified = self._verified(xorb_hex, lambda expected: verify_xorb(body, expected))
         with self.index.xorb_writer_lock(xorb_hex.lower()), self._full_disk_reported():
             if not self._created_unindexed(xorb_hex, key, verified):
-                registration = self._checked_registration(shard_body, shard, repo, verify_sha256, prefix=prefix)
+                registration = self._checked_registration(shard_body, shard, repo, verify_sha256, prefix=prefix, refused=refused)
             else:
                 try:
-                    registration = self._checked_registration(shard_body, shard, repo, verify_sha256, fresh={verified.xorb_hash: verified}, prefix=prefix)
+                    registration = self._checked_registration(shard_body, shard, repo, verify_sha256, fresh={verified.xorb_hash: verified}, prefix=prefix, refused=refused)
                 except Exception:
                     self._index_xorb(xorb_hex, verified)  # refused: the xorb stays, as after two requests
                     raise
@@ -436,13 +459,18 @@ class CasStore:
         if stored.size > READ_AHEAD_ABOVE:
             pieces = readahead(pieces, READ_AHEAD_PIECES, "git-xet-sha256-read")
         since = 0
-        for piece in pieces:
-            for chunk in piece:
-                digest.update(chunk)
-                since += len(chunk)
-            if progress is not None and since >= PROGRESS_STEP:
-                progress(since)
-                since = 0
+        try:
+            for piece in pieces:
+                for chunk in piece:
+                    digest.update(chunk)
+                    since += len(chunk)
+                if progress is not None and since >= PROGRESS_STEP:
+                    progress(since)
+                    since = 0
+        except FileNotFoundError:
+            # gc removed a xorb the file uses since the checks found it indexed (its repository
+            # deleted): the same answer as register_shard's own check gives, not a server error.
+            raise Conflict(f"file {stored.file_hex}: a xorb it uses was collected as unused while this shard was checked; upload it again") from None
         if progress is not None and since:
             progress(since)
         return digest.hexdigest()
@@ -467,6 +495,7 @@ class CasStore:
         progress: Callable[[int, int], None] | None = None,
         parsed: Shard | None = None,
         prefix: Sha256Prefix | None = None,
+        refused: list[str] | None = None,
     ) -> bool:
         """Validate an uploaded shard and register its files for `repo`, all or nothing.
 
@@ -479,6 +508,14 @@ class CasStore:
         uploads that carry none (hf-xet's skip_sha256). Existing oid mappings are never
         replaced. `progress(done, total)` reports bytes of sha256 verification.
 
+        `refused`: where a wrong sha256 claim does not refuse the whole shard. Given a list,
+        a file whose claim is wrong is still registered (its bytes checked out) under the
+        sha256 computed here, the claimed oid is not mapped, and the file's hash is appended
+        to `refused` for the caller to report: one file's metadata no longer fails every file
+        of a commit. Without one, such a shard is refused (Rejected), as a caller that cannot
+        report a refused claim needs. A 0-byte file's all-zero claim is not wrong: hf-xet
+        (1.8.0) sends it for empty files, and it stands for the empty sha256 (EMPTY_SHA256).
+
         `parsed`: what parse_shard(body) gave, when the caller has parsed it already.
         `prefix`: a sha256 computed while the xorbs arrived (see Sha256Prefix), continued
         instead of starting over for a file that begins with its xorbs.
@@ -489,7 +526,7 @@ class CasStore:
             shard = parsed if parsed is not None else parse_shard(body)
         except FormatError as exc:
             raise Rejected(f"invalid shard: {exc}") from None
-        return self._record(self._checked_registration(body, shard, repo, verify_sha256, progress, prefix=prefix), body)
+        return self._record(self._checked_registration(body, shard, repo, verify_sha256, progress, prefix=prefix, refused=refused), body)
 
     def _checked_registration(
         self,
@@ -500,9 +537,11 @@ class CasStore:
         progress: Callable[[int, int], None] | None = None,
         fresh: Mapping[bytes, VerifiedXorb] | None = None,
         prefix: Sha256Prefix | None = None,
+        refused: list[str] | None = None,
     ) -> ShardRegistration:
         """register_shard's checks (nothing is written): what to record. `fresh`: xorbs
-        verified and stored but not indexed yet (put_xorbs_with_shard), read from memory."""
+        verified and stored but not indexed yet (put_xorbs_with_shard), read from memory.
+        `refused`: see register_shard."""
         fresh = fresh or {}
         self._check_work_bound(shard)
         shard_id = hashes.hash_to_hex(hashes.keyed_hash(bytes(32), body))
@@ -521,11 +560,11 @@ class CasStore:
         to_verify: list[tuple[StoredFile, str]] = []
         for info in shard.files:
             name = hashes.hash_to_hex(info.file_hash)
-            claim = info.sha256.hex() if info.sha256 else None
+            claim = _claimed_sha256(info)
             known = self._verified_sha256(name)
             if known is not None:
                 if claim is not None and claim != known:
-                    raise Rejected(f"file {name}: its sha256 metadata {claim} does not match its content (sha256 {known})")
+                    _wrong_claim(name, claim, known, refused)
                 oids[name] = known
             elif claim is not None and verify_sha256:
                 to_verify.append((StoredFile(name, info.size, None, info.terms), claim))
@@ -545,7 +584,7 @@ class CasStore:
             if actual != claim:
                 for _ in self.iter_file_bytes(stored, fresh=fresh):  # Damaged if the stored bytes are at fault
                     pass
-                raise Rejected(f"file {stored.file_hex}: its sha256 metadata {claim} does not match its content (sha256 {actual})")
+                _wrong_claim(stored.file_hex, claim, actual, refused)
             oids[stored.file_hex] = computed[stored.file_hex] = actual
 
         files = []

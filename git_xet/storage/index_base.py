@@ -15,6 +15,9 @@ Nothing here grows one row per chunk (the Hub's scale rule):
     shards         one row per accepted shard
     repo_files, repo_oids, repo_shards   per repo: files it registered, its Git LFS oids
     revoked_tokens user token ids put on the revocation list
+    locks          Git LFS file locks: one per (repo, path), the unique key that decides races
+    trash          repo_files and repo_oids rows of deleted repositories and pruned files, kept
+                   for the retention period (restorable; their files stay stored till then)
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .errors import Misconfigured
 
 DEFAULT_REPO = "default"
 # Tables every index holds (stats() counts each), in the order they are described above.
-TABLES = ("xorbs", "files", "xorb_refs", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens")
+TABLES = ("xorbs", "files", "xorb_refs", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens", "locks", "trash")
 # Each table's columns, in the order export_rows gives and import_rows takes them.
 COLUMNS = {
     "xorbs": ("hash", "num_chunks", "body_size", "unpacked_size", "chunk_hashes", "byte_ends", "chunk_sizes"),
@@ -45,6 +48,8 @@ COLUMNS = {
     "repo_oids": ("repo", "oid", "file"),
     "repo_shards": ("repo", "id"),
     "revoked_tokens": ("id", "revoked_at"),
+    "locks": ("id", "repo", "path", "owner", "ref", "locked_at"),
+    "trash": ("repo", "file", "oid", "deleted_at"),  # oid "" for the repo_files row itself
 }
 
 _TERM = struct.Struct("<32sIIII")
@@ -90,6 +95,17 @@ class ShardRegistration(NamedTuple):
     # Xorbs stored for this shard and not indexed yet: recorded first, even when the repo has
     # registered the shard before (one commit where add_xorb and register_shard made two).
     new_xorbs: tuple[NewXorb, ...] = ()
+
+
+class LockRecord(NamedTuple):
+    """A Git LFS file lock (server/locks.py serves them)."""
+
+    id: str
+    repo: str
+    path: str
+    owner: str  # the user who took it (Claims.owner)
+    ref: str | None  # the refspec git-lfs named when taking it, if any
+    locked_at: int  # seconds since the epoch
 
 
 class MetadataIndex(Protocol):
@@ -159,6 +175,36 @@ class MetadataIndex(Protocol):
     def revoke_token(self, token_id: str, now: int) -> None: ...
 
     def revoked_token_ids(self) -> frozenset[str]: ...
+
+    def create_lock(self, lock: LockRecord) -> tuple[LockRecord, bool]:
+        """Record `lock` unless its repo has a lock on its path: (the lock, True), else (the
+        existing lock, False). Of concurrent calls for one path (any replicas) exactly one wins."""
+
+    def find_locks(
+        self, repo: str, *, path: str | None = None, lock_id: str | None = None, ref: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[LockRecord]:
+        """The repo's locks in path order, filtered by path, id and ref (a lock taken without a
+        ref matches every ref), the paths after `after` only (the next page), at most `limit`."""
+
+    def delete_lock(self, repo: str, lock_id: str, owner: str | None) -> tuple[LockRecord | None, bool]:
+        """Delete the repo's lock `lock_id` if `owner` holds it (None: whoever does, a forced
+        unlock): (the lock, True); (the lock, False) if someone else holds it; (None, False)
+        if there is no such lock. Atomic: a lock is deleted once."""
+
+    def trash_files(self, repo: str, files: list[str] | None, now: int) -> int:
+        """Move the repo's repo_files rows of `files` (None: all of them) and their repo_oids rows
+        into the trash, stamped `now`, and forget which shards the repo registered (so that a
+        later push of them registers their files again); the number of files moved. The repo
+        no longer reads them; they stay stored until purge_trash drops the rows."""
+
+    def restore_files(self, repo: str) -> int:
+        """Put every trash row of the repo back (undo trash_files); the number of files restored."""
+
+    def purge_trash(self, before: int) -> int:
+        """Drop the trash rows stamped at or before `before`, then unregister every file that no
+        repo holds and no trash row names (its files row and xorb_refs, atomically with the check
+        against registrations of it), and every shard row no repo registered; the number of files
+        unregistered. Their xorbs are then unused and gc removes them."""
 
     def stats(self) -> dict[str, int]:
         """Rows per table (TABLES), for operators and for tests that show nothing changed."""

@@ -13,6 +13,7 @@ advisory lock, so replicas starting together upgrade the database once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -24,7 +25,7 @@ import psycopg
 
 from ..core.xorb import XorbLayout
 from .errors import Conflict, Misconfigured, Unavailable
-from .index_base import COLUMNS, TABLES, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 log = logging.getLogger("git_xet.storage")
 T = TypeVar("T")
@@ -77,12 +78,27 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection], None], ...], ...] =
     """, _fill_xorb_refs),
     # 3: small shards kept in their row instead of as objects (one write less per small push).
     ("ALTER TABLE shards ADD COLUMN body BYTEA",),
+    # 4: Git LFS file locks; the unique (repo, path) decides which of racing takers wins.
+    ("""
+    CREATE TABLE locks (
+        id TEXT PRIMARY KEY, repo TEXT NOT NULL, path TEXT NOT NULL, owner TEXT NOT NULL, ref TEXT,
+        locked_at BIGINT NOT NULL, UNIQUE (repo, path)
+    );
+    """,),
+    # 5: deleted repo_files ('' oid) and repo_oids rows, restorable until purged (retention).
+    ("""
+    CREATE TABLE trash (repo TEXT NOT NULL, file TEXT NOT NULL, oid TEXT NOT NULL, deleted_at BIGINT NOT NULL, PRIMARY KEY (repo, file, oid));
+    CREATE INDEX trash_by_file ON trash (file);
+    CREATE INDEX repo_files_by_file ON repo_files (file);
+    CREATE INDEX repo_shards_by_id ON repo_shards (id);
+    """,),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _MIGRATION_LOCK = 0x67697478  # advisory lock key held while migrating ("gitx")
 _PAGE = 10_000
 # The database rolled the transaction back to resolve a conflict with another: run it again.
 _ROLLED_BACK = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+_LOCK_COLUMNS = ", ".join(COLUMNS["locks"])
 
 
 def _only_value(row: tuple[Any, ...] | None) -> Any:
@@ -106,6 +122,22 @@ def _insert_xorb(conn: psycopg.Connection, xorb: NewXorb) -> bool:
         xorb.before_insert()
     cur = conn.execute("INSERT INTO xorbs VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", layout_row(xorb.layout, xorb.body_size))
     return cur.fetchone() is not None
+
+
+def _unregister_file(conn: psycopg.Connection, file_hex: str, used: list[str]) -> int:
+    """purge_trash's removal of one file no repo holds: 1 if removed, 0 if a registration holds
+    it again. The xorbs it uses are locked FOR UPDATE first: a registration of it holds them FOR
+    SHARE until it commits, so the check after sees its repo_files row, and one that comes later
+    waits and then inserts the file anew."""
+    with conn.transaction():
+        conn.execute("SELECT 1 FROM xorbs WHERE hash = ANY(%s) ORDER BY hash FOR UPDATE", (used,))
+        removed = conn.execute(
+            "DELETE FROM files WHERE hash = %s AND NOT EXISTS (SELECT 1 FROM repo_files WHERE file = %s) AND NOT EXISTS (SELECT 1 FROM trash WHERE file = %s)",
+            (file_hex, file_hex, file_hex),
+        ).rowcount
+        if removed:
+            conn.execute("DELETE FROM xorb_refs WHERE xorb = ANY(%s) AND file = %s", (used, file_hex))
+        return removed
 
 
 class PostgresIndex:
@@ -347,6 +379,89 @@ class PostgresIndex:
 
     def revoked_token_ids(self) -> frozenset[str]:
         return frozenset(r[0] for r in self._run(lambda conn: conn.execute("SELECT id FROM revoked_tokens").fetchall()))
+
+    # ------------------------------------------------------------------ locks
+
+    def create_lock(self, lock: LockRecord) -> tuple[LockRecord, bool]:
+        def work(conn: psycopg.Connection) -> tuple[LockRecord, bool]:
+            # The unique (repo, path) decides: a taker that loses reads the winner's row (in a
+            # statement of its own, whose snapshot sees the winner's commit). A lock released
+            # between the two is retried.
+            while True:
+                if conn.execute("INSERT INTO locks VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1", lock).fetchone():
+                    return lock, True
+                row = conn.execute(f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = %s AND path = %s", (lock.repo, lock.path)).fetchone()
+                if row is not None:
+                    return LockRecord(*row), False
+
+        return self._run(work)
+
+    def find_locks(
+        self, repo: str, *, path: str | None = None, lock_id: str | None = None, ref: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[LockRecord]:
+        query, args = f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = %s", [repo]
+        for clause, value in (("path = %s", path), ("id = %s", lock_id), ("(ref = %s OR ref IS NULL)", ref), ('path COLLATE "C" > %s', after)):
+            if value is not None:
+                query, args = f"{query} AND {clause}", [*args, value]
+        # COLLATE "C": the same byte order as SQLite, so pages and cursors agree across indexes.
+        rows = self._run(lambda conn: conn.execute(f'{query} ORDER BY path COLLATE "C" LIMIT %s', (*args, limit)).fetchall())
+        return [LockRecord(*r) for r in rows]
+
+    def delete_lock(self, repo: str, lock_id: str, owner: str | None) -> tuple[LockRecord | None, bool]:
+        def work(conn: psycopg.Connection) -> tuple[LockRecord | None, bool]:
+            with conn.transaction():
+                row = conn.execute(f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = %s AND id = %s FOR UPDATE", (repo, lock_id)).fetchone()
+                if row is None:
+                    return None, False
+                lock = LockRecord(*row)
+                if owner is not None and lock.owner != owner:
+                    return lock, False
+                conn.execute("DELETE FROM locks WHERE id = %s", (lock_id,))
+                return lock, True
+
+        return self._run(work)
+
+
+    # ------------------------------------------------------------------ deletion with retention
+
+    def trash_files(self, repo: str, files: list[str] | None, now: int) -> int:
+        def work(conn: psycopg.Connection) -> int:
+            with conn.transaction():
+                chosen = files if files is not None else [r[0] for r in conn.execute("SELECT file FROM repo_files WHERE repo = %s", (repo,)).fetchall()]
+                moved = conn.execute("DELETE FROM repo_files WHERE repo = %s AND file = ANY(%s) RETURNING file", (repo, chosen)).fetchall()
+                names = [r[0] for r in moved]
+                with conn.cursor() as cur:
+                    cur.executemany("INSERT INTO trash VALUES (%s, %s, '', %s) ON CONFLICT DO NOTHING", [(repo, f, now) for f in names])
+                conn.execute(
+                    "WITH gone AS (DELETE FROM repo_oids WHERE repo = %s AND file = ANY(%s) RETURNING repo, file, oid) "
+                    "INSERT INTO trash SELECT repo, file, oid, %s FROM gone ON CONFLICT DO NOTHING",
+                    (repo, names, now),
+                )
+                conn.execute("DELETE FROM repo_shards WHERE repo = %s", (repo,))
+                return len(names)
+
+        return self._run(work)
+
+    def restore_files(self, repo: str) -> int:
+        def work(conn: psycopg.Connection) -> int:
+            with conn.transaction():
+                restored = conn.execute("INSERT INTO repo_files SELECT repo, file FROM trash WHERE repo = %s AND oid = '' ON CONFLICT DO NOTHING", (repo,)).rowcount
+                conn.execute("INSERT INTO repo_oids SELECT repo, oid, file FROM trash WHERE repo = %s AND oid <> '' ON CONFLICT DO NOTHING", (repo,))
+                conn.execute("DELETE FROM trash WHERE repo = %s", (repo,))
+                return restored
+
+        return self._run(work)
+
+    def purge_trash(self, before: int) -> int:
+        self._run(lambda conn: conn.execute("DELETE FROM trash WHERE deleted_at <= %s", (before,)))
+        candidates = self._run(
+            lambda conn: conn.execute(
+                "SELECT hash, terms FROM files WHERE NOT EXISTS (SELECT 1 FROM repo_files WHERE file = hash) AND NOT EXISTS (SELECT 1 FROM trash WHERE file = hash)"
+            ).fetchall()
+        )
+        gone = sum(self._run(functools.partial(_unregister_file, file_hex=f, used=sorted(xorbs_of(unpack_terms(bytes(b)))))) for f, b in candidates)
+        self._run(lambda conn: conn.execute("DELETE FROM shards WHERE NOT EXISTS (SELECT 1 FROM repo_shards WHERE repo_shards.id = shards.id)"))
+        return gone
 
     def stats(self) -> dict[str, int]:
         def work(conn: psycopg.Connection) -> dict[str, int]:

@@ -15,7 +15,6 @@ git-lfs) fsyncs the WAL and with it the xorb rows before it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import threading
@@ -24,9 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.xorb import XorbLayout
-from ..fsutil import opening_lock
+from ..platform.locks import lock_range, opening_lock, unlock_range
 from .errors import Conflict, Misconfigured, read_only_store
-from .index_base import COLUMNS, DEFAULT_REPO, TABLES, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
+from .index_base import COLUMNS, DEFAULT_REPO, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 from .sqlite_file import SqliteFile
 
 _SCHEMA = """
@@ -81,9 +80,32 @@ CREATE TABLE IF NOT EXISTS revoked_tokens (
     id TEXT PRIMARY KEY,
     revoked_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS locks (        -- Git LFS file locks
+    id TEXT PRIMARY KEY,
+    repo TEXT NOT NULL,
+    path TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    ref TEXT,
+    locked_at INTEGER NOT NULL,
+    UNIQUE (repo, path)                   -- one lock per path: of racing takers one wins
+);
+CREATE TABLE IF NOT EXISTS trash (        -- deleted repo_files ('' oid) and repo_oids rows, restorable
+    repo TEXT NOT NULL,
+    file TEXT NOT NULL,
+    oid TEXT NOT NULL,
+    deleted_at INTEGER NOT NULL,
+    PRIMARY KEY (repo, file, oid)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS trash_by_file ON trash (file);
+CREATE INDEX IF NOT EXISTS repo_files_by_file ON repo_files (file);
+CREATE INDEX IF NOT EXISTS repo_shards_by_id ON repo_shards (id);
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5  # 4: locks; 5: the trash table (repository deletion with retention)
+# A read-only copy of a version 3 or 4 index (a snapshot of a store from before locks or the
+# trash) is served as it is: those versions only lack tables, and a read-only store has no locks
+# to show and nothing in its trash.
+_OLDEST_READABLE = 3
 # Stripes of xorb_writer_lock: writers of two xorbs wait for each other only when their
 # hashes share a first byte, and then only for an object write.
 XORB_LOCK_STRIPES = 256
@@ -97,6 +119,9 @@ INSERT OR IGNORE INTO repo_shards SELECT '{DEFAULT_REPO}', id FROM shards;
 UPDATE files SET sha256 = NULL;
 DROP INDEX IF EXISTS files_by_sha256;
 """
+
+
+_LOCK_COLUMNS = ", ".join(COLUMNS["locks"])
 
 
 def _insert_xorb(db: sqlite3.Connection, xorb: NewXorb) -> bool:
@@ -121,6 +146,7 @@ class SqliteIndex:
         self._xorb_stripes = [threading.Lock() for _ in range(XORB_LOCK_STRIPES)]
         self._xorb_lock_fd: int | None = None
         self._xorb_lock_file_opening = threading.Lock()
+        self._has_locks = True
         if read_only:
             self._check_current()
             return
@@ -132,7 +158,8 @@ class SqliteIndex:
 
     def _check_current(self) -> None:
         version = self._connection().execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
+        self._has_locks = version >= 4
+        if not _OLDEST_READABLE <= version <= SCHEMA_VERSION:
             newer = "a newer git-xet: upgrade git-xet" if version > SCHEMA_VERSION else "an older git-xet: open it once with write access to migrate it"
             raise Misconfigured(f"{self.path} (index version {version}) is read-only here and was written by {newer}")
 
@@ -183,17 +210,17 @@ class SqliteIndex:
     @contextmanager
     def xorb_writer_lock(self, xorb_hex: str) -> Iterator[None]:
         """One of XORB_LOCK_STRIPES stripes: a thread lock (POSIX record locks do not exclude
-        threads of one process), then a one-byte `lockf` range of `<index>.xorbs.lock` (across
+        threads of one process), then a one-byte range lock (platform/locks.py) of `<index>.xorbs.lock` (across
         processes). Not the write lock: an object write can take a while, and every other
         index write would wait for it."""
         stripe = int(xorb_hex[:2], 16) % XORB_LOCK_STRIPES
         with self._xorb_stripes[stripe]:
             fd = self._xorb_lock_file()
-            fcntl.lockf(fd, fcntl.LOCK_EX, 1, stripe)
+            lock_range(fd, stripe)
             try:
                 yield
             finally:
-                fcntl.lockf(fd, fcntl.LOCK_UN, 1, stripe)
+                unlock_range(fd, stripe)
 
     def _xorb_lock_file(self) -> int:
         """The descriptor xorb_writer_lock's ranges are on, opened once (closing any descriptor
@@ -298,12 +325,84 @@ class SqliteIndex:
     def revoked_token_ids(self) -> frozenset[str]:
         return frozenset(r[0] for r in self._connection().execute("SELECT id FROM revoked_tokens"))
 
+    # ------------------------------------------------------------------ locks
+
+    def create_lock(self, lock: LockRecord) -> tuple[LockRecord, bool]:
+        with self._db() as db:
+            if db.execute("INSERT OR IGNORE INTO locks VALUES (?, ?, ?, ?, ?, ?)", lock).rowcount == 1:
+                return lock, True
+            row = db.execute(f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = ? AND path = ?", (lock.repo, lock.path)).fetchone()
+        return LockRecord(*row), False
+
+    def find_locks(
+        self, repo: str, *, path: str | None = None, lock_id: str | None = None, ref: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[LockRecord]:
+        if not self._has_locks:
+            return []
+        query, args = f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = ?", [repo]
+        for clause, value in (("path = ?", path), ("id = ?", lock_id), ("(ref = ? OR ref IS NULL)", ref), ("path > ?", after)):
+            if value is not None:
+                query, args = f"{query} AND {clause}", [*args, value]
+        rows = self._connection().execute(f"{query} ORDER BY path LIMIT ?", (*args, limit)).fetchall()
+        return [LockRecord(*r) for r in rows]
+
+    def delete_lock(self, repo: str, lock_id: str, owner: str | None) -> tuple[LockRecord | None, bool]:
+        with self._db() as db:
+            row = db.execute(f"SELECT {_LOCK_COLUMNS} FROM locks WHERE repo = ? AND id = ?", (repo, lock_id)).fetchone()
+            if row is None:
+                return None, False
+            lock = LockRecord(*row)
+            if owner is not None and lock.owner != owner:
+                return lock, False
+            db.execute("DELETE FROM locks WHERE id = ?", (lock_id,))
+        return lock, True
+
+    # ------------------------------------------------------------------ deletion with retention
+
+    def trash_files(self, repo: str, files: list[str] | None, now: int) -> int:
+        with self._db() as db:
+            if files is None:
+                files = [r[0] for r in db.execute("SELECT file FROM repo_files WHERE repo = ?", (repo,))]
+            moved = 0
+            for file_hex in files:
+                if not db.execute("DELETE FROM repo_files WHERE repo = ? AND file = ?", (repo, file_hex)).rowcount:
+                    continue
+                moved += 1
+                db.execute("INSERT OR IGNORE INTO trash VALUES (?, ?, '', ?)", (repo, file_hex, now))
+                db.execute("INSERT OR IGNORE INTO trash SELECT repo, file, oid, ? FROM repo_oids WHERE repo = ? AND file = ?", (now, repo, file_hex))
+                db.execute("DELETE FROM repo_oids WHERE repo = ? AND file = ?", (repo, file_hex))
+            db.execute("DELETE FROM repo_shards WHERE repo = ?", (repo,))
+            return moved
+
+    def restore_files(self, repo: str) -> int:
+        with self._db() as db:
+            restored = db.execute("INSERT OR IGNORE INTO repo_files SELECT repo, file FROM trash WHERE repo = ? AND oid = ''", (repo,)).rowcount
+            db.execute("INSERT OR IGNORE INTO repo_oids SELECT repo, oid, file FROM trash WHERE repo = ? AND oid != ''", (repo,))
+            db.execute("DELETE FROM trash WHERE repo = ?", (repo,))
+            return restored
+
+    def purge_trash(self, before: int) -> int:
+        # One writer at a time: no registration runs between the check and the removal.
+        with self._db() as db:
+            db.execute("DELETE FROM trash WHERE deleted_at <= ?", (before,))
+            gone = db.execute(
+                "SELECT hash, terms FROM files WHERE NOT EXISTS (SELECT 1 FROM repo_files WHERE file = hash) AND NOT EXISTS (SELECT 1 FROM trash WHERE file = hash)"
+            ).fetchall()
+            for file_hex, blob in gone:
+                db.executemany("DELETE FROM xorb_refs WHERE xorb = ? AND file = ?", [(x, file_hex) for x in xorbs_of(unpack_terms(blob))])
+                db.execute("DELETE FROM files WHERE hash = ?", (file_hex,))
+            db.execute("DELETE FROM shards WHERE NOT EXISTS (SELECT 1 FROM repo_shards WHERE repo_shards.id = shards.id)")
+            return len(gone)
+
     def stats(self) -> dict[str, int]:
         conn = self._connection()
-        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+        present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] if t in present else 0 for t in TABLES}
 
     def export_rows(self, table: str) -> Iterator[tuple]:
         columns = COLUMNS[table]  # a KeyError for anything else: never SQL from a caller
+        if not self._connection().execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone():
+            return  # a read-only snapshot from before the table existed
         yield from self._connection().execute(f"SELECT {', '.join(columns)} FROM {table}")
 
     def import_rows(self, table: str, rows: list[tuple]) -> None:

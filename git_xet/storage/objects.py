@@ -8,13 +8,13 @@ object-storage backend maps `put_new` to a conditional write (`If-None-Match: *`
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
-from ..fsutil import TEMP_SUFFIX, atomic_write, held_flock
+from ..platform.files import TEMP_SUFFIX, atomic_write
+from ..platform.locks import held_lock
 from .errors import read_only_store
 from .packed_objects import PackedObjects
 
@@ -75,7 +75,7 @@ class DirectoryObjectStore:
     processes may write at once: the agents of a push into a local store, or a server.
     """
 
-    # Below the allocator's mmap threshold (1 MiB, memory.tune_allocator), with room for the
+    # Below the allocator's mmap threshold (1 MiB, platform.memory.tune_allocator), with room for the
     # bytes object's header: a larger read is a fresh map whose every page faults in (the
     # server's sha256 pass over a stored 256 MiB file took 0.32 s in 16 MiB reads, 0.19 s in
     # these); smaller ones reuse the heap. As large as that allows: a served xorb range costs
@@ -97,13 +97,13 @@ class DirectoryObjectStore:
             raise ValueError(f"unsafe object key {key!r}")
         return self.root.joinpath(*parts)
 
-    def _writing(self, operation: int) -> contextlib.AbstractContextManager[None]:
+    def _writing(self) -> contextlib.AbstractContextManager[int]:
         if self.read_only:
             raise read_only_store(self.root)
         if not self._root_made:  # once per store object, not per write
             self.root.mkdir(parents=True, exist_ok=True)
             self._root_made = True
-        return held_flock(self.root / WRITERS_LOCK, operation, mode=0o644)
+        return held_lock(self.root / WRITERS_LOCK, shared=True, mode=0o644)
 
     def put(self, key: str, *parts: bytes | memoryview) -> None:
         path = self._path(key)
@@ -111,7 +111,7 @@ class DirectoryObjectStore:
             self.packed.put(key, b"".join(parts), replace=True)
             path.unlink(missing_ok=True)
             return
-        with self._writing(fcntl.LOCK_SH):
+        with self._writing():
             atomic_write(path, *parts, mode=self.file_mode)
         self.packed.delete(key)
 
@@ -123,7 +123,7 @@ class DirectoryObjectStore:
             return not path.is_file() and self.packed.put(key, b"".join(parts), replace=False)
         if self.packed.exists(key):
             return False
-        with self._writing(fcntl.LOCK_SH):
+        with self._writing():
             try:
                 atomic_write(path, *parts, mode=self.file_mode, replace=False)
             except FileExistsError:
@@ -202,7 +202,7 @@ class DirectoryObjectStore:
         written is never removed. When some process is writing, nothing is removed now.
         """
         try:
-            with held_flock(self.root / WRITERS_LOCK, fcntl.LOCK_EX | fcntl.LOCK_NB, mode=0o644):
+            with held_lock(self.root / WRITERS_LOCK, wait=False, mode=0o644):
                 removed = 0
                 for path in self.root.rglob(f".*{TEMP_SUFFIX}"):
                     if path.is_file():

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..fsutil import opening_lock
+from ..platform.locks import opening_lock
 from .errors import Misconfigured
 from .sqlite_file import SqliteFile
 

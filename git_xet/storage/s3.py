@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
+from ..core.errors import XetError
 from ..core.checksums import crc64nvme_header, crc64nvme_of_parts
 from .errors import Unavailable
 
@@ -52,7 +53,7 @@ class S3Error(Unavailable):
         self.code = code
 
 
-class ObjectTooLarge(ValueError):
+class ObjectTooLarge(XetError, ValueError):
     """An object is longer than its kind of object can be (read_bounded); `size` is its length."""
 
     def __init__(self, message: str, size: int) -> None:

@@ -16,13 +16,14 @@ across an fsync.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from ..platform.locks import lock_file, unlock_file
 
 
 class SqliteFile:
@@ -85,11 +86,11 @@ class SqliteFile:
         with self._write_lock:
             if self._lock_fd is None:
                 self._lock_fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            lock_file(self._lock_fd)
             try:
                 yield
             finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                unlock_file(self._lock_fd)
 
     @contextmanager
     def transaction(self, synced: bool = True) -> Iterator[sqlite3.Connection]:

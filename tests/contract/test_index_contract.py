@@ -36,6 +36,7 @@ from git_xet.storage.errors import Conflict, Misconfigured
 from git_xet.storage.index_base import (
     TABLES,
     FileRegistration,
+    LockRecord,
     MetadataIndex,
     NewXorb,
     ShardRegistration,
@@ -94,6 +95,9 @@ FILES = [f"{i:02x}" * 32 for i in range(4)]
 OIDS = [f"{0xE0 + i:02x}" * 32 for i in range(3)]
 REPOS = ["default", "ns/other"]
 CHUNKS = [bytes([i]) * 32 for i in range(1, 7)]
+LOCK_PATHS = ["a.bin", "dir/b.bin", "Z.bin", "é.bin"]  # byte order differs from case-folded and locale orders
+OWNERS = ["alice", "bob"]
+LOCK_IDS = ["id-1", "id-2", "id-3"]
 
 
 def _hex(b: bytes) -> str:
@@ -128,6 +132,13 @@ shards = st.builds(
     st.none(),
     st.lists(st.builds(NewXorb, layouts, st.integers(1, 2**26)), max_size=2).map(tuple),  # an upload bundle's xorbs
 )
+lock_ops = st.tuples(
+    st.just("lock"),
+    st.builds(LockRecord, st.sampled_from(LOCK_IDS), st.sampled_from(REPOS), st.sampled_from(LOCK_PATHS), st.sampled_from(OWNERS),
+              st.none() | st.sampled_from(["refs/heads/main", "refs/heads/dev"]), st.integers(0, 2**40)),
+    st.none() | st.sampled_from(OWNERS),  # a rival who then tries the same path
+    st.none() | st.sampled_from([*OWNERS, "force"]),  # then someone unlocks it (force: whoever holds it)
+)  # fmt: skip
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("xorb"), layouts, st.integers(1, 2**26)),
@@ -136,6 +147,8 @@ operations = st.lists(
         st.tuples(st.just("collect_unreferenced"), st.sampled_from(XORBS).map(_hex)),
         st.tuples(st.just("collect_unindexed"), st.sampled_from(XORBS).map(_hex)),
         st.tuples(st.just("correct"), st.sampled_from(FILES), st.sampled_from(OIDS), st.sampled_from(OIDS)),
+        lock_ops,
+        st.tuples(st.just("unlock"), st.sampled_from(REPOS), st.sampled_from(LOCK_IDS), st.none() | st.sampled_from(OWNERS)),
     ),
     max_size=14,
 )
@@ -154,6 +167,27 @@ class Model:
         self.repo_oids: dict[tuple[str, str], str] = {}
         self.repo_shards: set[tuple[str, str]] = set()
         self.revoked: dict[str, int] = {}
+        self.locks: dict[str, LockRecord] = {}  # by id
+
+    def create_lock(self, lock: LockRecord) -> tuple[LockRecord, bool]:
+        """One lock per (repo, path); ids are unique (the server's are uuid4s: a repeated id is
+        taken as the same lock)."""
+        held = next((h for h in self.locks.values() if (h.repo, h.path) == (lock.repo, lock.path)), None)
+        if held is not None:
+            return held, False
+        if lock.id in self.locks:
+            return lock, False
+        self.locks[lock.id] = lock
+        return lock, True
+
+    def delete_lock(self, repo: str, lock_id: str, owner: str | None) -> tuple[LockRecord | None, bool]:
+        lock = self.locks.get(lock_id)
+        if lock is None or lock.repo != repo:
+            return None, False
+        if owner is not None and lock.owner != owner:
+            return lock, False
+        del self.locks[lock_id]
+        return lock, True
 
     def add_xorb(self, layout: XorbLayout, body_size: int) -> bool:
         if layout.xorb_hex in self.xorbs:
@@ -204,7 +238,7 @@ class Model:
         return len(unmapped)
 
     def stats(self) -> dict[str, int]:
-        counts = (self.xorbs, self.files, self.xorb_refs, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked)
+        counts = (self.xorbs, self.files, self.xorb_refs, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked, self.locks, ())  # trash: the model deletes nothing
         return dict(zip(TABLES, map(len, counts)))
 
 
@@ -225,6 +259,18 @@ def _assert_same(index: MetadataIndex, model: Model) -> None:
         assert sorted(index.dedup_xorbs(chunk)) == sorted(x for c, x in model.dedup if c == chunk)
     assert index.revoked_token_ids() == frozenset(model.revoked)
     assert list(index.unreferenced_xorbs()) == sorted(x for x in model.xorbs if not any(r == x for r, _ in model.xorb_refs))
+    for repo in REPOS:
+        mine = sorted((lock for lock in model.locks.values() if lock.repo == repo), key=lambda lock: lock.path.encode())
+        assert index.find_locks(repo) == mine
+        for ref in ("refs/heads/main", "refs/heads/dev"):
+            assert index.find_locks(repo, ref=ref) == [lock for lock in mine if lock.ref in (None, ref)]
+        for lock in mine:
+            assert index.find_locks(repo, path=lock.path) == index.find_locks(repo, lock_id=lock.id) == [lock]
+        pages, after = [], None  # one lock per page, each after the last one's path
+        while page := index.find_locks(repo, after=after, limit=1):
+            pages += page
+            after = page[-1].path
+        assert pages == mine
     assert index.stats() == model.stats()
 
 
@@ -261,6 +307,19 @@ def test_index_follows_the_contract(make_index) -> None:
                 assert removed == ([xorb_hex] if unindexed else [])
             elif op[0] == "correct":
                 assert index.correct_sha256(*op[1:]) == model.correct_sha256(*op[1:])
+            elif op[0] == "lock":
+                if op[1].id in model.locks and model.locks[op[1].id] != op[1]:
+                    continue  # ids are unique by construction (uuid4): no reuse of one for another lock
+                assert index.create_lock(op[1]) == model.create_lock(op[1])
+                if op[2] is not None:
+                    rival = op[1]._replace(id=op[1].id + "-rival", owner=op[2], ref=None)
+                    if rival.id not in model.locks:
+                        assert index.create_lock(rival) == model.create_lock(rival)
+                if op[3] is not None:
+                    unlocker = None if op[3] == "force" else op[3]
+                    assert index.delete_lock(op[1].repo, op[1].id, unlocker) == model.delete_lock(op[1].repo, op[1].id, unlocker)
+            elif op[0] == "unlock":
+                assert index.delete_lock(op[1], op[2], op[3]) == model.delete_lock(op[1], op[2], op[3])
             else:
                 index.revoke_token(op[1], op[2])
                 model.revoked.setdefault(op[1], op[2])
@@ -294,6 +353,34 @@ def test_concurrent_registrations_of_one_shard_count_once(make_index) -> None:
     model.add_xorb(xorb, 1008)
     model.register_shard(shard)
     assert index.stats() == model.stats()
+
+
+def test_concurrent_lock_takers_of_one_path_one_wins(make_index) -> None:
+    """Eight users, each on its own connection, lock one path at once, many rounds, with the
+    winner releasing between rounds: each round exactly one wins, and every loser is shown the
+    winner's lock; a path in another repo is not in the way."""
+    index = make_index()
+    elsewhere = LockRecord("other", "ns/other", "art/hero.psd", "user0", None, 0)
+    assert index.create_lock(elsewhere) == (elsewhere, True)
+    for round_ in range(5):
+        barrier = threading.Barrier(8)
+        results: list[tuple[LockRecord, bool]] = []
+
+        def taker(n: int, barrier: threading.Barrier = barrier, results: list = results, round_: int = round_) -> None:
+            barrier.wait()
+            results.append(index.create_lock(LockRecord(f"r{round_}-{n}", "default", "art/hero.psd", f"user{n}", None, round_)))
+
+        threads = [threading.Thread(target=taker, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        winners = [lock for lock, created in results if created]
+        assert len(results) == 8 and len(winners) == 1
+        assert all(lock == winners[0] for lock, _ in results)
+        assert index.find_locks("default") == winners
+        assert index.delete_lock("default", winners[0].id, winners[0].owner) == (winners[0], True)
+    assert index.find_locks("default") == [] and index.find_locks("ns/other") == [elsewhere]
 
 
 def test_gc_and_a_registration_racing_on_one_xorb_never_both_win(make_index) -> None:
@@ -533,7 +620,7 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
                 conn.execute("INSERT INTO repo_oids VALUES ('default', %s, %s)", (OIDS[0], file_hex))
                 conn.execute("INSERT INTO shards VALUES ('s1', 10); INSERT INTO repo_shards VALUES ('default', 's1')")
         upgraded = PostgresIndex(url)
-        assert upgraded.schema_version() == len(MIGRATIONS) == 3
+        assert upgraded.schema_version() == len(MIGRATIONS) == 5
     counts = upgraded.stats()
     assert (counts["xorbs"], counts["files"], counts["xorb_refs"], counts["repo_oids"], counts["repo_shards"]) == (2, 1, 1, 1, 1)
     assert upgraded.file_for_oid("default", OIDS[0]) == file_hex and upgraded.get_file(file_hex).terms == terms
@@ -542,7 +629,30 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
     assert upgraded.shard_body("s1") is None
     assert upgraded.register_shard(ShardRegistration("s2", 5, "default", (), body=b"small"))
     assert upgraded.shard_body("s2") == b"small" and upgraded.shard_ids() == {"s1", "s2"}
+    lock = LockRecord("l1", "default", "a.bin", "alice", None, 1)  # version 4: locks
+    assert upgraded.find_locks("default") == [] and upgraded.create_lock(lock) == (lock, True)
     upgraded.close()
+
+
+def test_a_read_only_snapshot_from_before_locks_is_served_without_locks(tmp_path: Path) -> None:
+    """A version 3 SQLite index (no locks table) opened read-only, as a backup snapshot is
+    served: it reads, and it has no locks; opened with write access it is migrated."""
+    index = SqliteIndex(tmp_path / "index.sqlite")
+    index.revoke_token("t1", 1)
+    with index._db() as db:
+        db.execute("DROP TABLE locks")
+        db.execute("DROP TABLE trash")  # (version 5)
+        db.execute("PRAGMA user_version = 3")
+    index.close()
+    snapshot = SqliteIndex(tmp_path / "index.sqlite", read_only=True)
+    assert snapshot.revoked_token_ids() == {"t1"} and snapshot.find_locks("default") == []
+    assert snapshot.stats()["locks"] == 0 and list(snapshot.export_rows("locks")) == []
+    assert snapshot.stats()["trash"] == 0 and list(snapshot.export_rows("trash")) == []
+    snapshot.close()
+    migrated = SqliteIndex(tmp_path / "index.sqlite")
+    lock = LockRecord("l1", "default", "a.bin", "alice", None, 1)
+    assert migrated.create_lock(lock) == (lock, True) and migrated.find_locks("default") == [lock]
+    migrated.close()
 
 
 def test_a_shard_kept_in_its_row_reads_back(make_index) -> None:

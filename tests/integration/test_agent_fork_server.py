@@ -83,6 +83,18 @@ def _completed(answers: list[dict]) -> list[dict]:
     return done
 
 
+def test_with_accelerators_off_each_agent_serves_itself(tmp_path: Path) -> None:
+    """GIT_XET_PORTABLE=1 (platform/switch.py): no fork server, so no process but the agent
+    (and its sh) holds its stdin, and the objects are stored all the same."""
+    repo, objects = _repo_with_objects(tmp_path, 6)
+    create_local_store(tmp_path / "store")
+    env = {**local_store_env(tmp_path, tmp_path / "store"), "GIT_XET_PORTABLE": "1"}
+    plan = {"operation": "upload", "cwd": str(repo), "agents": [{"env": env, "requests": r} for r in _uploads(objects, 3)]}
+    report = _run_harness(plan)
+    assert sum(len(_completed(a)) for a in report["answers"]) == len(objects)
+    assert report["exit_codes"] == [0, 0, 0]
+    assert [_served_by(report, i) for i in range(3)] == [[], [], []]
+
 def test_the_agents_of_one_command_are_served_by_workers_of_one_fork_server(tmp_path: Path) -> None:
     repo, objects = _repo_with_objects(tmp_path, 10)
     create_local_store(tmp_path / "store")

@@ -1,7 +1,8 @@
 """The benchmark's plain LFS server (bench/lfs_basic_server.py): git-lfs basic's baseline. It
 stores an upload under the oid in its URL; with verify_sha256 it first checks that the body
 hashes to that oid, as `git xet serve` checks each claimed sha256, and refuses it otherwise
-without storing anything. Run for real, on loopback."""
+without storing anything; with fsync=False (many_files.py's baseline, as Gitea stores) it
+answers before the object is synced, and stores the same. Run for real, on loopback."""
 
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ import lfs_basic_server
 COPY = 1 << 20  # the server's read size: bodies around it are hashed across several reads
 
 
-@pytest.fixture(params=[False, True], ids=["unchecked", "checked"])
+@pytest.fixture(params=[(False, True), (True, True), (False, False)], ids=["unchecked", "checked", "unchecked-unsynced"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path, bool]]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), lfs_basic_server.make_handler(tmp_path, verify_sha256=request.param))
+    checked, fsync = request.param
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), lfs_basic_server.make_handler(tmp_path, verify_sha256=checked, fsync=fsync))
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path, request.param
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path, checked
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from git_xet.agent.summary import PushTotals, describe
+from git_xet.agent.summary import human as describe_size
 from git_xet.client.location import STORE_MARKER, LocationError, create_local_store, parse_store_location
 from git_xet.client.retry import MAX_RETRY_AFTER, RetryPolicy
 from git_xet.core.http_headers import bearer
@@ -599,6 +600,29 @@ def test_help_and_errors(tmp_path: Path) -> None:
     page = subprocess.run(["git", "xet", "--help"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert page.returncode == 0, page.stderr
     assert "git xet clone" in page.stdout and "GIT_XET_QUIET" in page.stdout
+
+
+def test_a_clone_shows_one_summary_of_what_it_downloaded(tmp_path: Path) -> None:
+    """As a push does: one line however many agents ran, naming the files and bytes written and
+    what was fetched; and `git xet stats` still reports the last push, not the clone."""
+    g = make_git_env(tmp_path)
+    files = {f"m{i}.bin": random_bytes(300_000 + i * 700_000, 60 + i) for i in range(4)}
+    files["copy.bin"] = files["m3.bin"]  # the same LFS object twice: git-lfs transfers it once
+    with running_server(tmp_path / "srv" / "data") as srv:
+        g.git_xet("install", "--standalone", srv.url)
+        g.git("config", "--global", "xet.token", srv.token("write"))
+        work = g.lfs_work_tree(files, remote="work.git")
+        g.git("push", "origin", "main", cwd=work)
+        code, shown = _on_a_terminal(g, f"git clone {g.root / 'work.git'} clone", g.root)
+    assert code == 0, shown
+    summaries = [line[line.index("git-xet: ") :] for line in shown.splitlines() if "git-xet: downloaded" in line]
+    assert len(summaries) == 1, shown
+    distinct = set(files.values())
+    n, size = len(distinct), sum(len(d) for d in distinct)  # git-lfs downloads an object once
+    assert summaries[0].startswith(f"git-xet: downloaded {n} files ({describe_size(size)}): fetched "), summaries
+    for name, data in files.items():
+        assert (g.root / "clone" / name).read_bytes() == data
+    assert f"last push: uploaded {n} files" in g.git_xet("stats", cwd=work).stdout
 
 
 def test_a_failed_push_prints_no_summary(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
 from git_xet.client.http_client import Client
 from git_xet.core.reconstruction import FetchRange
-from git_xet.memory import xorb_range_windows
+from git_xet.platform.memory import xorb_range_windows
 from git_xet.pipelines.upload import Uploader
 from tests.support.datagen import random_bytes
 from tests.support.http_stub import http_stub

@@ -13,18 +13,17 @@ import stat
 import subprocess
 import tempfile
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 
 from tests.support.datagen import random_bytes
 from tests.support.docs_blocks import ROOT, block, run_block, substitute
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.postgres_process import Postgres
 from tests.support.server_process import running_server
+from tests.support.processes import stop_process, wait_for_health
 
 
 def _free_port() -> int:
@@ -54,23 +53,10 @@ def _server_from_block(page: str, name: str, mapping: dict[str, str], env: dict[
         assert proc.stdout is not None
         url = proc.stdout.readline().decode().strip()
         assert url.startswith("http://"), f"docs/{page} {name!r} did not start: {log.read_text(errors='replace')[-2000:]}"
-        for _ in range(300):
-            assert proc.poll() is None, f"the server exited: {log.read_text(errors='replace')[-2000:]}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("the server never answered /health")
+        wait_for_health(url, proc, lambda: log.read_text(errors="replace")[-2000:])
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)
 
 
 def _clone_and_compare(genv: GitEnv, remote: Path, expected: dict[str, bytes], where: str) -> None:
@@ -155,6 +141,57 @@ def test_teams_page_in_a_new_teammates_order(tmp_path: Path) -> None:
         run_block("teams.md", "teams-token", url, cwd=mate.root, env=mate_env)
         run_block("teams.md", "teams-clone", repo, cwd=mate.root, env=mate_env)
         assert (mate.root / "models" / "weights.bin").read_bytes() == files["weights.bin"]
+
+
+def test_teams_users_credentials_and_locks(tmp_path: Path) -> None:
+    """The page's users, credential store and file locks, with real git-lfs: the operator mints
+    the three tokens; alice and bob store theirs with `git credential approve`; alice commits the
+    endpoint and lockable files; bob's plain clone checks them out read-only; alice locks one,
+    bob's push over it is refused until carol, the admin, forces the unlock."""
+    bare = tmp_path / "models.git"
+    with running_server(tmp_path / "srv" / "data") as srv:
+        url = {"https://xet.example.com": srv.url}
+        operator = make_git_env(tmp_path / "operator")
+        minted = run_block("teams.md", "teams-users", {"/srv/xet": str(srv.data_dir)}, cwd=operator.root, env=operator.env)
+        tokens = dict(zip(("alice", "bob", "carol"), minted.stdout.split(), strict=True))
+
+        def teammate(name: str) -> GitEnv:
+            g = make_git_env(tmp_path / name)
+            g.git_xet("install")
+            g.env.update(USER=name, XET_TOKEN=tokens[name])
+            run_block("teams.md", "teams-credential", url, cwd=g.root, env=g.env)
+            del g.env["XET_TOKEN"]  # from here on, git's credential store is all git-lfs has
+            assert tokens[name] in (g.root / "home" / ".git-credentials").read_text()
+            return g
+
+        alice, bob, carol = (teammate(n) for n in ("alice", "bob", "carol"))
+        alice.git("init", "-q", "--bare", str(bare))
+        alice.git("clone", "-q", str(bare), "models")
+        work = alice.root / "models"
+        hero = random_bytes(50_000, seed=44)
+        run_block("teams.md", "teams-lockable", url, cwd=work, env=alice.env)
+        (work / "art").mkdir()
+        (work / "art" / "hero.psd").write_bytes(hero)
+        alice.git("add", "art", cwd=work)
+        alice.git("commit", "-qm", "hero", cwd=work)
+        alice.git("push", "-q", "origin", "HEAD", cwd=work)
+
+        bob.git("clone", "-q", str(bare), "models")  # a plain clone: the endpoint is committed
+        theirs = bob.root / "models" / "art" / "hero.psd"
+        assert theirs.read_bytes() == hero and not theirs.stat().st_mode & 0o222  # mode bits: root may write anything
+
+        listed = run_block("teams.md", "teams-locks", cwd=work, env=alice.env)
+        assert "art/hero.psd" in listed.stdout and "alice" in listed.stdout
+        os.chmod(theirs, 0o644)
+        theirs.write_bytes(random_bytes(1000, seed=45))
+        bob.git("commit", "-qam", "bob's edit", cwd=theirs.parent.parent)
+        refused = bob.git("push", "origin", "HEAD", cwd=theirs.parent.parent, check=False)
+        assert refused.returncode != 0 and "Cannot update locked files" in refused.stdout + refused.stderr
+        assert bob.git("lfs", "unlock", "--force", "art/hero.psd", cwd=theirs.parent.parent, check=False).returncode != 0
+
+        carol.git("clone", "-q", str(bare), "models")
+        carol.git("lfs", "unlock", "--force", "art/hero.psd", cwd=carol.root / "models")
+        bob.git("push", "-q", "origin", "HEAD", cwd=theirs.parent.parent)
 
 
 # ---------------------------------------------------------------- secrets
@@ -273,15 +310,7 @@ def test_production_service_as_the_page_sets_it_up(tmp_path: Path) -> None:
                 stdout=subprocess.PIPE, stderr=err, env=service_env, cwd="/", preexec_fn=lambda: os.umask(0o077),
             )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            assert proc.poll() is None, f"the service exited ({proc.returncode}): {log.read_text(errors='replace')[-3000:]}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("the service never answered /health")
+        wait_for_health(url, proc, lambda: log.read_text(errors="replace")[-3000:], timeout=60)
         secret = data / "secret"
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600
         assert secret.stat().st_uid == int(subprocess.run(["id", "-u", SERVICE_USER], capture_output=True, text=True, check=True).stdout)
@@ -296,7 +325,37 @@ def test_production_service_as_the_page_sets_it_up(tmp_path: Path) -> None:
         _clone_and_compare(user, user.root / "remote.git", files, "copy")
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop_process(proc, grace=30)
         _remove_service_user()
         shutil.rmtree(prefix, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- files that deduplicate well
+
+
+def test_rewriting_parquet_with_cdc_keeps_the_table_and_makes_an_insert_cheap(tmp_path: Path) -> None:
+    """The user guide's block rewrites a plain Parquet file with content-defined chunking: the
+    table reads back the same, and a version with rows inserted (written the same way) shares
+    far more of its chunks with it than the plain writer's two versions share."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from git_xet.pipelines.file_hashing import hash_bytes
+    from tests.support.real_shaped import parquet_versions
+
+    plain = parquet_versions(False, 4.0)  # ~7 MB: large enough that a page per column is a small part
+    (tmp_path / "data.parquet").write_bytes(plain[0].data)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    run_block("user-guide.md", "parquet-cdc", cwd=tmp_path, env=env)
+    rewritten = (tmp_path / "data.parquet").read_bytes()
+    assert pq.read_table(pa.BufferReader(rewritten)).equals(pq.read_table(pa.BufferReader(plain[0].data)))
+
+    def shared(old: bytes, new: bytes) -> float:
+        known = set(hash_bytes(old).chunk_hashes)
+        digest = hash_bytes(new)
+        return sum(n for h, n in zip(digest.chunk_hashes, digest.chunk_sizes) if h in known) / len(new)
+
+    inserted = pq.read_table(pa.BufferReader(plain[2].data))  # parquet_versions' "insert"
+    sink = pa.BufferOutputStream()
+    pq.write_table(inserted, sink, use_content_defined_chunking=True)
+    assert shared(rewritten, sink.getvalue().to_pybytes()) > shared(plain[0].data, plain[2].data) + 0.2

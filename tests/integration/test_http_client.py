@@ -79,7 +79,7 @@ from git_xet.client.http_client import MAX_REDIRECTS, SEND_PIECE, Client
 from git_xet.core.http_headers import SESSION_ID
 from git_xet.core.reconstruction import FetchRange
 from git_xet.core.scattered import ScatteredBytes
-from git_xet.memory import xorb_range_windows
+from git_xet.platform.memory import xorb_range_windows
 from tests.support.counting_server import CountingHandler, CountingServer, serving
 from tests.support.datagen import random_bytes
 from tests.support.http_stub import http_stub

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,21 +22,8 @@ from tests.support.datagen import random_bytes
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.server_process import running_server
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LFS_361 = REPO_ROOT / ".cache" / "git-lfs-3.6.1"
 MODES = ["directory", "server", "native", "hub"]
 OUR_MESSAGE = "not in the XET store"
-
-
-@pytest.fixture(params=["system", "3.6.1"])
-def lfs_path(request: pytest.FixtureRequest) -> str:
-    """The PATH prefix that picks the git-lfs under test."""
-    if request.param == "system":
-        assert shutil.which("git-lfs"), "git-lfs is missing: install/test.sh installs it"
-        return ""
-    binary = LFS_361 / "git-lfs"
-    assert binary.exists(), f"git-lfs 3.6.1 is missing at {binary}: run `bash install/peers.sh` (install/test.sh runs it)"
-    return str(LFS_361) + os.pathsep
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 _SCRIPT = """
 import os, resource, sys
 from pathlib import Path
-from git_xet.memory import tune_allocator
+from git_xet.platform.memory import tune_allocator
 tune_allocator()
 from git_xet.client.local_backend import LocalStoreBackend
 from git_xet.client.location import create_local_store

@@ -10,7 +10,7 @@ import pytest
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.tokens import StaticToken
 from git_xet.core.constants import MAX_XORB_BYTES
-from git_xet.memory import WindowPool, xorb_range_windows
+from git_xet.platform.memory import WindowPool, xorb_range_windows
 from git_xet.pipelines.download import download_to_path
 from git_xet.pipelines.upload import Uploader
 from tests.support.datagen import random_bytes

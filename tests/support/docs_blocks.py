@@ -34,6 +34,11 @@ PLACEHOLDERS: dict[str, str] = {
     "--port 8080": "the port option of a server the block starts",
     "postgresql://git_xet@db.internal/git_xet": "the PostgreSQL database of the index",
     "http://127.0.0.1:8333": "the S3 endpoint of a local SeaweedFS",
+    "-master.port=9333": "the master port of a local SeaweedFS (its gRPC port is this + 10000)",
+    "-volume.port=8081": "the volume port of a local SeaweedFS (its gRPC port is this + 10000)",
+    "-filer.port=8888": "the filer port of a local SeaweedFS (its gRPC port is this + 10000)",
+    "-s3.port=8333": "the S3 port of a local SeaweedFS (its gRPC port is this + 10000)",
+    "http://127.0.0.1:8080": "the URL of a local server a block started with --port 8080",
     "git@github.com:acme/models.git": "the repository on the git host",
 }
 

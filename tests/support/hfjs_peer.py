@@ -83,9 +83,10 @@ def run(jobs: dict, endpoint: Endpoint | None = None) -> Result:
     return Result(out["direct"], out["commit"], out["chunks"], out["requests"])
 
 
-def direct_upload(paths: list[Path], endpoint: Endpoint) -> Result:
-    """Upload with its xorb/shard upload code (what commit() runs for XET), given a CAS token."""
-    return run({"direct": [str(p) for p in paths]}, endpoint)
+def direct_upload(paths: list[Path], endpoint: Endpoint, block_before_xorb: float = 0.0) -> Result:
+    """Upload with its xorb/shard upload code (what commit() runs for XET), given a CAS token.
+    `block_before_xorb`: seconds its event loop is blocked before its first xorb POST."""
+    return run({"direct": [str(p) for p in paths], "block_before_xorb_ms": round(block_before_xorb * 1000)}, endpoint)
 
 
 def commit_upload(paths: list[Path], endpoint: Endpoint) -> Result:

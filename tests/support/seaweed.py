@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from tests.support.processes import stop_process
 
 ACCESS_KEY = "gitxettestkey"
 SECRET_KEY = "gitxettestsecret0123456789"
@@ -88,17 +88,6 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def stop_process(proc: subprocess.Popen, grace: float = 5) -> None:
-    """SIGTERM, then SIGKILL after `grace` seconds: weed may ignore SIGTERM for a while."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=15)
-
 
 @contextmanager
 def running_seaweedfs(workdir: Path) -> Iterator[RunningS3]:
@@ -139,7 +128,7 @@ def running_seaweedfs(workdir: Path) -> Iterator[RunningS3]:
         _wait_ready(proc, endpoint, log_path)
         yield RunningS3(endpoint, ACCESS_KEY, SECRET_KEY, REGION, proc, log_path)
     finally:
-        stop_process(proc)
+        stop_process(proc, grace=5)
 
 
 def _clean_env() -> dict[str, str]:

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 
 from tests.support.gitenv import run_git_xet
+from tests.support.processes import stop_process, wait_for_health
 
 
 @dataclass(frozen=True)
@@ -75,20 +75,7 @@ def running_server(
         url = proc.stdout.readline().decode().strip()
         if not url.startswith("http://"):
             raise RuntimeError(f"server did not start: {log_path.read_text(errors='replace')[-2000:]}")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("server never answered /health")
+        wait_for_health(url, proc, lambda: log_path.read_text(errors="replace")[-2000:])
         yield RunningServer(url, data_dir, proc, log_name)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)

@@ -4,10 +4,10 @@ writers' lock."""
 
 from __future__ import annotations
 
-import fcntl
 from pathlib import Path
 
-from git_xet.fsutil import TEMP_SUFFIX, held_flock
+from git_xet.platform.files import TEMP_SUFFIX
+from git_xet.platform.locks import held_lock
 from git_xet.storage.objects import WRITERS_LOCK, DirectoryObjectStore
 
 
@@ -31,7 +31,7 @@ def test_leftover_temp_files_go_and_objects_stay(tmp_path: Path) -> None:
 
 def test_nothing_goes_while_a_writer_holds_the_lock_and_all_goes_after(tmp_path: Path) -> None:
     store, leftovers = _store_with_leftovers(tmp_path)
-    with held_flock(tmp_path / WRITERS_LOCK, fcntl.LOCK_SH, mode=0o644):  # as a write in progress holds it
+    with held_lock(tmp_path / WRITERS_LOCK, shared=True, mode=0o644):  # as a write in progress holds it
         assert store.remove_abandoned_temp_files() == 0
         assert all(path.exists() for path in leftovers)
     assert store.remove_abandoned_temp_files() == len(leftovers)  # the sweep released its own lock attempt too

@@ -163,3 +163,14 @@ def test_a_download_init_from_any_other_git_lfs_is_answered_by_the_launcher(shel
 def test_upload_inits_and_the_checks_own_commands_are_answered_by_the_launcher(shell: tuple[str, ...]) -> None:
     assert _under_git_lfs(shell, ["prune"], UPLOAD_INIT) == ["{}"]
     assert _under_git_lfs(shell, ["prune"], INIT, env={"GIT_XET_PRUNE_CHECK": "1"}) == ["{}"]
+
+
+def test_a_launcher_whose_parent_is_outside_its_pid_namespace_answers_init_quietly() -> None:
+    """Its parent's pid reads 0 there (a container's first process, an `unshare -p`): no
+    /proc/0 exists, and the walk up to git-lfs must neither print a shell's failed redirection
+    nor take that for "no /proc" (which hands every download init to Python)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("a pid namespace needs unshare and root (CI runs as root)")
+    init = '{"event":"init","operation":"download","remote":"origin","concurrent":true,"concurrenttransfers":8}\n{"event":"terminate"}\n'
+    done = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "sh", LAUNCHER, "false"], input=init, capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "{}\n", "")

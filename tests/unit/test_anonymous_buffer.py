@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from git_xet.memory import anonymous_buffer
+from git_xet.platform.memory import anonymous_buffer
 
 
 def test_buffers_are_private_anonymous_memory() -> None:

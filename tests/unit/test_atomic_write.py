@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_xet import fsutil
-from git_xet.fsutil import WRITE_PIECE, atomic_write
+from git_xet.platform import files
+from git_xet.platform.files import WRITE_PIECE, atomic_write
 
 
 WRITES: list[int] = []  # sizes of the write() calls the kernel was handed
@@ -33,7 +33,7 @@ def test_writes_are_bounded_and_the_file_is_exact(parts: list[tuple[int, bool]])
     given_parts = [memoryview(b) if as_view else b for b, (_, as_view) in zip(bodies, parts)]
     WRITES.clear()
     with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fsutil.os, "write", _recording_write)
+        mp.setattr(files.os, "write", _recording_write)
         path = Path(d) / "sub" / "object"
         atomic_write(path, *given_parts)
         assert path.read_bytes() == b"".join(bodies)
@@ -68,13 +68,13 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
 
 
 def test_temp_files_are_new_private_and_named_for_the_abandoned_file_sweep(tmp_path: Path) -> None:
-    made = [fsutil._new_private_file(str(tmp_path), "obj") for _ in range(50)]
+    made = [files._new_private_file(str(tmp_path), "obj") for _ in range(50)]
     try:
         paths = {path for _, path in made}
         assert len(paths) == 50  # each call made its own file
         for path in paths:
             name = os.path.basename(path)
-            assert name.startswith(".obj.") and name.endswith(fsutil.TEMP_SUFFIX)  # what remove_abandoned_temp_files matches
+            assert name.startswith(".obj.") and name.endswith(files.TEMP_SUFFIX)  # what remove_abandoned_temp_files matches
             assert os.stat(path).st_mode & 0o777 == 0o600
     finally:
         for fd, _ in made:
@@ -89,11 +89,11 @@ def test_temp_file_names_that_keep_colliding_give_up_after_the_bound(tmp_path: P
         calls += 1
         return bytes(n)
 
-    monkeypatch.setattr(fsutil.os, "urandom", same_bytes)
-    fd, path = fsutil._new_private_file(str(tmp_path), "obj")
+    monkeypatch.setattr(files.os, "urandom", same_bytes)
+    fd, path = files._new_private_file(str(tmp_path), "obj")
     os.close(fd)
     calls = 0
     with pytest.raises(FileExistsError):
-        fsutil._new_private_file(str(tmp_path), "obj")
-    assert calls == fsutil._NAME_ATTEMPTS
+        files._new_private_file(str(tmp_path), "obj")
+    assert calls == files._NAME_ATTEMPTS
     assert os.listdir(tmp_path) == [os.path.basename(path)]  # nothing else made, the first untouched

@@ -27,7 +27,7 @@ from git_xet.core.scattered import OutgoingBytes, contiguous
 from git_xet.core.xorb import verify_xorb
 from git_xet.pipelines import upload
 from git_xet.pipelines.download import download
-from git_xet.pipelines.upload import FRAGMENTATION_ENTER, FRAGMENTATION_LEAVE, FRAGMENTATION_WINDOW, Uploader
+from git_xet.pipelines.upload import FRAGMENTATION_HYSTERESIS, FRAGMENTATION_TARGET, FRAGMENTATION_WINDOW, Uploader
 
 KIB = 1024
 
@@ -77,7 +77,7 @@ def _files(layout: tuple[list[int], list[list[int]], int]) -> list[bytes]:
 def test_each_distinct_chunk_is_stored_once_and_every_file_comes_back(layout, monkeypatch: pytest.MonkeyPatch) -> None:
     # The fragmentation guard may store a short repeat again on purpose; it is tested on its
     # own below. Without it, a session stores every distinct chunk exactly once.
-    monkeypatch.setattr(upload, "FRAGMENTATION_ENTER", 0.0)
+    monkeypatch.setattr(upload, "FRAGMENTATION_TARGET", 0.0)
     files = _files(layout)
     distinct: dict[bytes, int] = {}
     for data in files:
@@ -101,18 +101,12 @@ def test_each_distinct_chunk_is_stored_once_and_every_file_comes_back(layout, mo
             assert out.getvalue() == data
 
 
-@settings(max_examples=10, deadline=None)
-@given(
-    # One file of distinct blocks: each block once, in any order.
-    layout=st.lists(st.integers(1, 400 * KIB), min_size=1, max_size=4).flatmap(
-        lambda sizes: st.tuples(st.just(sizes), st.permutations(range(len(sizes))).map(lambda order: [list(order)]), st.integers(0, 2**32))
-    )
-)
-def test_a_file_given_again_in_a_later_session_stores_nothing(layout) -> None:
-    """Through the shard cache, which indexes key chunks only: a file whose chunks occur once in
-    it (here: distinct blocks) is found whole from its first chunk. (A file that repeats itself
-    inside may store its repeats again in a later session: only runs reachable from a key chunk
-    or the last run are found, as with hf-xet.)"""
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(layout=layouts)
+def test_files_given_again_in_a_later_session_store_nothing(layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the shard cache, which indexes every chunk: any files (repeating blocks inside
+    and across them, runs down to part of one chunk) are found whole in a later session."""
+    monkeypatch.setattr(upload, "FRAGMENTATION_TARGET", 0.0)  # its own tests are below
     files = _files(layout)
     with tempfile.TemporaryDirectory() as root:
         store = _RecordingStore(Path(root) / "store")
@@ -129,28 +123,35 @@ def test_a_file_given_again_in_a_later_session_stores_nothing(layout) -> None:
         assert all(r.new_bytes == 0 for r in again)
 
 
-def _average(recorded: list[int]) -> float:
-    window = recorded[-FRAGMENTATION_WINDOW:]
-    return sum(window) / len(window)
+# A term's events: a new term of n chunks (True) or n more chunks in the last one (False).
+term_events = st.lists(st.tuples(st.booleans(), st.integers(1, 40)), max_size=400)
 
 
 @settings(max_examples=300)
-@given(recorded=st.lists(st.integers(1, 40), max_size=300), runs=st.lists(st.integers(1, 40), min_size=1, max_size=5))
-def test_the_fragmentation_guard_refuses_short_matches_only_while_terms_are_short(recorded: list[int], runs: list[int]) -> None:
-    """Its rule, restated: with no history every match is taken. Once the average of the last
-    FRAGMENTATION_WINDOW terms falls below FRAGMENTATION_ENTER chunks, matches shorter than
-    that average are refused, until the average is back at FRAGMENTATION_LEAVE or more
-    (between the two, the guard keeps its last state)."""
+@given(events=term_events, runs=st.lists(st.integers(1, 40), min_size=1, max_size=5))
+def test_the_fragmentation_guard_is_hf_xets(events: list[tuple[bool, int]], runs: list[int]) -> None:
+    """hf-xet's DefragPrevention, restated: every match is taken until FRAGMENTATION_WINDOW terms
+    exist. Then, with `average` the chunks per term over the last FRAGMENTATION_WINDOW terms
+    (the open one counted) and a threshold that starts low (TARGET * HYSTERESIS): at or above
+    the threshold a match is taken and the threshold goes (back) low; below it, a match shorter
+    than the average is refused and the threshold goes up to TARGET; a longer one is taken."""
     guard = upload._FragmentationGuard()
-    active = False
-    for term in recorded:
+    terms: list[int] = []
+    low = True
+    for new, chunks in events:
         for run in runs:
-            if guard.recent:
-                average = _average(list(guard.recent))
-                if average < FRAGMENTATION_ENTER:
-                    active = True
-                elif average >= FRAGMENTATION_LEAVE:
-                    active = False
-            expected = not guard.recent or not active or run >= _average(list(guard.recent))
+            if len(terms) < FRAGMENTATION_WINDOW:
+                expected = True
+            else:
+                window = terms[-FRAGMENTATION_WINDOW:]
+                average = sum(window) / len(window)
+                threshold = FRAGMENTATION_TARGET * FRAGMENTATION_HYSTERESIS if low else FRAGMENTATION_TARGET
+                expected = average >= threshold or run >= average
+                low = average >= threshold or (low and expected)
             assert guard.accepts(run) == expected
-        guard.record(term)
+        if new:
+            terms.append(chunks)
+            guard.new_term(chunks)
+        elif terms:
+            terms[-1] += chunks
+            guard.grow_term(chunks)

@@ -8,6 +8,8 @@
 //             stored file: it uploads only the re-chunked windows around the splices
 //   download: [{hash, size, dest, ranges: [[start, end)]}]  read back with its XetBlob
 //   chunk:    [path]  chunk lengths its chunker cuts (to find files hitting its <8 KiB cut)
+//   block_before_xorb_ms: N  block the event loop for N ms before its first xorb POST, as its chunking
+//             of a large file does between the dedup query and that POST
 // Every request goes through `guardedFetch`, which refuses anything not on 127.0.0.1.
 import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync, openAsBlob } from "node:fs";
@@ -42,6 +44,13 @@ async function guardedFetch(input, init = {}) {
   const url = new URL(typeof input === "string" ? input : input.url);
   if (url.hostname !== "127.0.0.1") {
     throw new Error(`refusing a request to ${url.host}: the peer may only talk to 127.0.0.1`);
+  }
+  if (jobs.block_before_xorb_ms && (init.method ?? "GET") === "POST" && url.pathname.startsWith("/v1/xorbs/")) {
+    const until = Date.now() + jobs.block_before_xorb_ms;
+    jobs.block_before_xorb_ms = 0; // once
+    while (Date.now() < until) {
+      // busy: no timer, no socket event runs meanwhile
+    }
   }
   const response = await fetch(input, init);
   requests.push(`${init.method ?? "GET"} ${url.pathname} ${response.status}`);

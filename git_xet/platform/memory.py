@@ -1,4 +1,7 @@
-"""Allocator tuning for long transfers.
+"""Memory: allocator tuning, anonymous maps and giving pages back (each Linux's where it
+exists, a plain default elsewhere and with GIT_XET_PORTABLE=1).
+
+Allocator tuning for long transfers.
 
 glibc raises its mmap threshold each time a large buffer is freed, so later buffers of that
 size (our 16-64 MiB xorb bodies and HTTP bodies) come from per-thread arenas and stay
@@ -20,6 +23,8 @@ import mmap
 import sys
 import threading
 
+from .switch import portable
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
@@ -28,7 +33,7 @@ _tuned = False
 
 def tune_allocator() -> None:
     global _tuned
-    if _tuned or not sys.platform.startswith("linux"):
+    if _tuned or not sys.platform.startswith("linux") or portable():
         return
     _tuned = True
     try:
@@ -53,8 +58,33 @@ def anonymous_buffer(size: int) -> mmap.mmap:
 
     Not mmap.mmap(-1, size)'s default, a shared map: shared anonymous memory is shmem, whose
     pages cost ~40% more to fault in (six 64 MiB maps written whole: 0.32 s shared, 0.23 s
-    private on the reference machine), and MADV_FREE does not apply to it."""
+    private on the reference machine), and MADV_FREE does not apply to it. Where mmap has no
+    such flags (Windows) or with GIT_XET_PORTABLE=1: the default anonymous map."""
+    if portable() or not hasattr(mmap, "MAP_PRIVATE"):
+        return mmap.mmap(-1, size)
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
+def free_pages(buffer: mmap.mmap) -> None:
+    """Let the kernel take `buffer`'s pages back when it needs memory, keeping the map
+    (MADV_FREE: a reused buffer costs no new faults unless they were taken). A no-op where that
+    is missing (a kernel before 4.5, not Linux) or with GIT_XET_PORTABLE=1: the pages stay."""
+    if portable() or not hasattr(mmap, "MADV_FREE"):
+        return
+    try:
+        buffer.madvise(mmap.MADV_FREE)
+    except OSError:
+        pass
+
+
+def drop_pages(mapped: mmap.mmap, start: int, length: int) -> bool:
+    """Drop the pages of [start, start + length) of a file's read-only map from this process's
+    resident set (MADV_DONTNEED; they stay in the page cache). False where that is missing or
+    with GIT_XET_PORTABLE=1: they then stay resident until the map is closed."""
+    if portable() or not hasattr(mapped, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    mapped.madvise(mmap.MADV_DONTNEED, start, length)
+    return True
 
 
 class WindowPool:
@@ -114,7 +144,7 @@ def xorb_range_windows() -> WindowPool:
     by the download pipeline); made on first use, so importing this module stays cheap."""
     global _xorb_range_windows
     if _xorb_range_windows is None:
-        from .core.xorb import MAX_XORB_BODY_BYTES
+        from ..core.xorb import MAX_XORB_BODY_BYTES
 
         with _pool_lock:
             if _xorb_range_windows is None:

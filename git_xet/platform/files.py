@@ -1,10 +1,14 @@
-"""Durable file writes shared by the server store, the client caches and downloads."""
+"""Durable atomic file writes shared by the server store, the client caches and downloads.
+
+Behind the platform seam because durability is spelled differently per OS: POSIX fsyncs the
+directory after a rename and refuses to follow a symlink at the temp file's name (O_NOFOLLOW);
+Windows has neither (a directory cannot be opened to fsync; a new file made with O_EXCL never
+follows a link there), so both are skipped where absent."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +31,8 @@ _KNOWN_DIRS: set[str] = set()
 _KNOWN_DIRS_MAX = 4096
 
 
-_NEW_PRIVATE_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_PRIVATE_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_DIRECTORIES_SYNC = sys.platform != "win32"  # Windows cannot open a directory to fsync it
 _NAME_ATTEMPTS = 100
 
 
@@ -82,7 +87,7 @@ def _atomic_descriptor(path: Path, *, mode: int, replace: bool, durable: bool) -
         except FileNotFoundError:
             pass
         raise
-    if not durable:
+    if not durable or not _DIRECTORIES_SYNC:
         return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -121,24 +126,3 @@ def atomic_write(path: Path, *parts: bytes | memoryview, mode: int = 0o644, repl
             view = memoryview(part).cast("B")
             for start in range(0, len(view), WRITE_PIECE):
                 _write_all(fd, view[start : start + WRITE_PIECE])
-
-
-@contextmanager
-def held_flock(lock_file: Path | str, operation: int = fcntl.LOCK_EX, *, mode: int = 0o600) -> Iterator[None]:
-    """`flock(operation)` on `lock_file` (made with `mode` if missing) for the block; closing
-    the descriptor releases it."""
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, mode)
-    try:
-        fcntl.flock(fd, operation)
-        yield
-    finally:
-        os.close(fd)
-
-
-def opening_lock(database: Path) -> contextlib.AbstractContextManager[None]:
-    """Held (across processes: `flock` on `<database>.opening`) while a process opens a SQLite
-    file that others may be opening at the same moment. The first opener switches a new file
-    to WAL and writes its schema; SQLite refuses a concurrent switch at once ("database is
-    locked", without its busy wait) and can show another opener a half-made schema. Opening an
-    existing file holds it for a few system calls."""
-    return held_flock(f"{database}.opening")

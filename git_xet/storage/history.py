@@ -1,0 +1,173 @@
+"""What happened to the store, for operators: recent pushes, stored bytes over time, gc runs.
+
+Kept in the index's own database (the SQLite file in the data directory, or the PostgreSQL
+database replicas share), in tables of its own that the index never reads:
+
+    history_pushes   one row per shard a repo registered: repo, files, bytes, time
+    history_samples  the store's totals at a moment: one row per hour with pushes, one per gc run
+                     (with the bytes it freed)
+
+Recording is best effort: a push never fails because its history row could not be written (the
+failure is logged and counted as an index error). The store's totals are computed from the
+index tables on demand (StoreTotals), so every replica reports the same figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+log = logging.getLogger("git_xet.server")
+
+# A sample of the store's totals is recorded with a push at most this often.
+SAMPLE_INTERVAL = 3600
+RECENT_PUSHES = 50
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS history_pushes (at DOUBLE PRECISION NOT NULL, repo TEXT NOT NULL, files BIGINT NOT NULL, bytes BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS history_samples (at DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL, stored_bytes BIGINT NOT NULL, xorbs BIGINT NOT NULL, freed_bytes BIGINT NOT NULL)",
+)
+
+
+class Push(NamedTuple):
+    at: float
+    repo: str
+    files: int
+    bytes: int
+
+
+class Sample(NamedTuple):
+    at: float
+    kind: str  # "push" (hourly, with pushes) or "gc"
+    stored_bytes: int
+    xorbs: int
+    freed_bytes: int
+
+
+class StoreTotals(NamedTuple):
+    """The whole store now: xorbs and their stored (compressed) and unpacked bytes, shards,
+    and the logical bytes of every repo's files (a file in two repos counts twice)."""
+
+    xorbs: int
+    stored_bytes: int
+    unpacked_bytes: int
+    shards: int
+    logical_bytes: int
+
+    @property
+    def dedup_saved_bytes(self) -> int:
+        """Bytes the repos' files would take without chunk dedup, less what their chunks take."""
+        return max(0, self.logical_bytes - self.unpacked_bytes)
+
+
+class GcTotals(NamedTuple):
+    runs: int
+    freed_bytes: int
+
+
+class History:
+    """The history tables of one index database (`connect` opens a DB-API connection to it;
+    `placeholder` is its parameter marker). One connection per thread."""
+
+    def __init__(self, connect: Callable[[], Any], placeholder: str, writable: bool = True) -> None:
+        self._connect = connect
+        self._mark = placeholder
+        self.writable = writable
+        self._local = threading.local()
+        self._made = False
+
+    def _conn(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", self._mark)
+
+    def _query(self, text: str, args: Sequence[object] = ()) -> list[tuple]:
+        try:
+            self._ensure_tables()
+            return list(self._conn().execute(self._sql(text), args).fetchall())
+        except Exception:
+            self._local.conn = None  # a broken connection is opened again next time
+            raise
+
+    def _write(self, text: str, args: Sequence[object]) -> None:
+        if not self.writable:
+            return
+        self._ensure_tables()
+        conn = self._conn()
+        try:
+            conn.execute(self._sql(text), args)
+            conn.commit()
+        except Exception:
+            self._local.conn = None
+            raise
+
+    def _ensure_tables(self) -> None:
+        if self._made or not self.writable:
+            return
+        conn = self._conn()
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.commit()
+        self._made = True
+
+    # ------------------------------------------------------------------ writes
+
+    def record_push(self, repo: str, files: int, size: int, now: float | None = None) -> None:
+        """A shard newly registered by `repo`; and, at most once per SAMPLE_INTERVAL, the totals."""
+        at = time.time() if now is None else now
+        self._write("INSERT INTO history_pushes VALUES (?, ?, ?, ?)", (at, repo, files, size))
+        last = self._query("SELECT max(at) FROM history_samples WHERE kind = 'push'") if self.writable else []
+        if not last or last[0][0] is None or at - float(last[0][0]) >= SAMPLE_INTERVAL:
+            self.record_sample("push", 0, at)
+
+    def record_sample(self, kind: str, freed_bytes: int = 0, now: float | None = None) -> None:
+        """The store's stored bytes now (kind "gc" with the bytes a gc run freed)."""
+        totals = self.totals()
+        self._write("INSERT INTO history_samples VALUES (?, ?, ?, ?, ?)", (time.time() if now is None else now, kind, totals.stored_bytes, totals.xorbs, freed_bytes))
+
+    # ------------------------------------------------------------------ reads
+
+    def recent_pushes(self, limit: int = RECENT_PUSHES) -> list[Push]:
+        rows = self._query("SELECT at, repo, files, bytes FROM history_pushes ORDER BY at DESC LIMIT ?", (limit,))
+        return [Push(float(a), str(r), int(f), int(b)) for a, r, f, b in rows]
+
+    def samples(self, since: float = 0.0) -> list[Sample]:
+        rows = self._query("SELECT at, kind, stored_bytes, xorbs, freed_bytes FROM history_samples WHERE at >= ? ORDER BY at", (since,))
+        return [Sample(float(a), str(k), int(s), int(x), int(f)) for a, k, s, x, f in rows]
+
+    def gc_totals(self) -> GcTotals:
+        rows = self._query("SELECT count(*), coalesce(sum(freed_bytes), 0) FROM history_samples WHERE kind = 'gc'")
+        return GcTotals(int(rows[0][0]), int(rows[0][1]))
+
+    def totals(self) -> StoreTotals:
+        xorbs, stored, unpacked = self._query("SELECT count(*), coalesce(sum(body_size), 0), coalesce(sum(unpacked_size), 0) FROM xorbs")[0]
+        shards = self._query("SELECT count(*) FROM shards")[0][0]
+        logical = self._query("SELECT coalesce(sum(f.size), 0) FROM repo_files r JOIN files f ON f.hash = r.file")[0][0]
+        return StoreTotals(int(xorbs), int(stored), int(unpacked), int(shards), int(logical))
+
+    def ping(self) -> None:
+        """Fail unless the index database answers (readiness)."""
+        self._query("SELECT 1")
+
+
+def open_history(index_url: str | None, data_dir: Path, writable: bool = True) -> History:
+    """The history of the index `index_url` names, or of the SQLite index in `data_dir`."""
+    if index_url is None:
+        path = Path(data_dir) / "index.sqlite"
+        if writable:
+            return History(lambda: sqlite3.connect(path, timeout=30, check_same_thread=False), "?")
+        return History(lambda: sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30, check_same_thread=False), "?", writable=False)
+    import psycopg
+
+    # autocommit: a read must not leave a transaction open. connect_timeout: a readiness probe must answer while the database is down, not hang.
+    return History(lambda: psycopg.connect(index_url, autocommit=True, connect_timeout=5, application_name="git-xet-history"), "%s", writable)
