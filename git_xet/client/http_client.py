@@ -26,10 +26,10 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import httpcore
 import httpx
 
 from ..core.scattered import OutgoingBytes, ScatteredBytes
+from . import http_pool
 from .errors import TransferError
 from .http_types import (
     ConnectError,
@@ -49,12 +49,12 @@ from .http_types import (
 if TYPE_CHECKING:
     import ssl
 
-# httpcore reads a connection 64 KiB at a time (HTTP11Connection.READ_NUM_BYTES, a class
-# constant); a xorb range is up to 64 MiB. Reading 256 KiB per call cut the client's CPU for
-# fetching the ranges of a 256 MiB file from `git xet serve` on 127.0.0.1 from 0.59 to 0.44 s:
-# a quarter less per-piece work in h11 and httpcore (httpcore is httpx's own transport).
-READ_PIECE = 256 << 10
-httpcore.HTTP11Connection.READ_NUM_BYTES = READ_PIECE
+http_pool.configure()  # httpcore's connections: 256 KiB reads, no reuse after stray bytes, stale ones resent
+# How long an idle connection is kept: httpx's default, 5 s, closed connections a client that
+# paused longer (hashing a large file between two requests) would have reused. `git xet serve`
+# keeps them 75 s (its Keep-Alive header); load balancers commonly 60 s. A connection the server
+# closed sooner is seen closed before reuse, or resent (http_pool.py).
+KEEP_IDLE = 50.0
 SEND_PIECE = 256 << 10  # parts of a body smaller than this are joined up to about this size
 MAX_REDIRECTS = 10
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
@@ -288,7 +288,7 @@ class Client:
         tls: Callable[[], ssl.SSLContext] = verifying_tls_context,
     ) -> None:
         self._timeouts = timeouts
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=max_idle)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=max_idle, keepalive_expiry=KEEP_IDLE)
         proxied = proxies_in_environment()
         self._http = _CookielessClient(
             timeout=httpx.Timeout(connect=timeouts.connect, read=timeouts.read, write=timeouts.write, pool=timeouts.connect),

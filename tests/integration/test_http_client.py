@@ -9,8 +9,8 @@ bytes without any error. So most tests feed it classes of inputs (hypothesis):
 - answer bodies of 0..300 KB framed by Content-Length, chunked (random chunk sizes, chunk
   extensions, trailer fields) and by the connection's end (HTTP/1.0, or 1.1 without a length),
   read through read(), iter_raw() and readinto() into windows of random sizes, byte-exact; a
-  connection reused only after a body read to its end whose server keeps the connection (and,
-  a known gap of httpcore's, xfailed: not when the server sent more than its answer);
+  connection reused only after a body read to its end whose server keeps the connection (and
+  not when the server sent more than its answer: client/http_pool.py);
 - request bodies (bytes, memoryviews, scattered parts) around the sizes where the sending
   changes arriving whole, Content-Length and Host sent exactly once, the caller's headers
   (however spelled) over the client's defaults; a header with a line break, a method that is
@@ -56,6 +56,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
+from httpcore._backends.sync import SyncStream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -430,11 +431,6 @@ def test_a_body_left_unread_is_never_taken_for_the_next_answer(raw: RawServer, f
     framed=framed_answers(framings=("length", "chunked"), max_size=8000),
     extra=st.one_of(st.binary(min_size=1, max_size=100), st.just(answer(200, b"fake!")), st.just(b"\r\n")),
     how=st.sampled_from(READERS),
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="httpcore reuses a connection whose answer was followed by more bytes already read into h11's buffer: "
-    "the next request gets a protocol error (retried) or, when those bytes make a whole answer, that answer",
 )
 def test_bytes_after_an_answer_are_never_taken_for_the_next_answer(raw: RawServer, framed: Framed, extra: bytes, how: str) -> None:
     """A server that sends more than its answer declared (in the same packet: the bytes are in
@@ -1023,6 +1019,91 @@ def test_a_connection_that_closes_without_answering_is_retried_by_the_policy_on_
         assert answer.content == b"next"
         assert srv.connections == 2
         assert [(r.target, r.body) for r in srv.requests] == [("/1", b""), ("/2", b"again"), ("/2", b"again")]
+
+
+@pytest.mark.parametrize("how", ["fin", "rst"])
+@pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "DELETE"])
+def test_an_idempotent_request_a_reused_connection_drops_unanswered_is_resent_once_on_a_new_one(how: str, method: str) -> None:
+    """The server's close crossed the request (it closed the idle connection as the request
+    arrived): nothing was done, so the pool sends it again on another connection, as the
+    hand-written client did, instead of failing it to the retry policy."""
+    body = b"again" if method == "PUT" else None
+    with raw_server(_closes_reused(how)) as srv, _client() as client:
+        assert client.request("GET", srv.url + "/1").content == b"next"
+        answer = client.request(method, srv.url + "/2", body=body)
+        assert answer.status_code == 200 and answer.content == (b"" if method == "HEAD" else b"next")
+        assert srv.connections == 2
+        assert [(r.method, r.target) for r in srv.requests] == [("GET", "/1"), (method, "/2"), (method, "/2")]
+
+
+def _answers_once(server: RawServer, sock: socket.socket, n: int) -> None:
+    """Every connection answers its first request and hangs up on its second unanswered."""
+    reader = sock.makefile("rb")
+    for turn in range(2):
+        request = read_request(reader)
+        if request is None:
+            return
+        with server.lock:
+            server.requests.append(request)
+        if turn == 0:
+            sock.sendall(NEXT)
+
+
+def test_a_request_is_resent_at_most_once() -> None:
+    """Two idle connections that both drop the next request unanswered: the request goes on one,
+    once more on the other, and then fails to the retry policy (not sent a third time, nor on
+    and on while the pool holds connections)."""
+    with raw_server(_answers_once) as srv, _client() as client:
+        first = client.request("GET", srv.url + "/a", stream=True)  # two connections at once,
+        second = client.request("GET", srv.url + "/b", stream=True)  # both idle once read
+        assert (first.read(), second.read()) == (b"next", b"next")
+        with pytest.raises(TransportError) as caught:
+            client.request("GET", srv.url + "/x")
+        assert is_retryable(caught.value)
+        assert srv.connections == 2
+        assert sorted(r.target for r in srv.requests) == ["/a", "/b", "/x", "/x"]
+
+
+def _answers_then_resets(reset: threading.Event, done: threading.Event) -> Session:
+    """Connection 1 answers one request, then, once `reset` is set, resets itself (RST) unasked
+    and sets `done`: the next write to it fails. Later connections answer each request."""
+
+    def session(server: RawServer, sock: socket.socket, n: int) -> None:
+        if n > 1:
+            return answer_each(server, sock, n)
+        request = read_request(sock.makefile("rb"))
+        if request is None:
+            return
+        with server.lock:
+            server.requests.append(request)
+        sock.sendall(NEXT)
+        reset.wait(10)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # (the RST goes now, on loopback straight into the client's socket)
+        done.set()
+
+    return session
+
+
+def test_a_post_whose_head_never_left_a_reset_idle_connection_is_resent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server reset the idle connection just before the POST took it (the reset arriving
+    after httpcore's check that the idle socket is unreadable: that timing is made by hiding
+    the reset from the check). The head's write fails, so the server cannot have seen the POST:
+    it is sent on a new connection. Without the resend httpcore reads on and fails it."""
+    reset, done = threading.Event(), threading.Event()
+    with raw_server(_answers_then_resets(reset, done)) as srv, _client() as client:
+        assert client.request("GET", srv.url + "/1").content == b"next"
+        original = SyncStream.get_extra_info
+
+        def unreadable(self: SyncStream, info: str) -> object:
+            return False if info == "is_readable" else original(self, info)
+
+        monkeypatch.setattr(SyncStream, "get_extra_info", unreadable)
+        reset.set()
+        assert done.wait(10)
+        assert client.request("POST", srv.url + "/2", body=b"once").content == b"next"
+        assert srv.connections == 2
+        assert [(r.method, r.target, r.body) for r in srv.requests] == [("GET", "/1", b""), ("POST", "/2", b"once")]
 
 
 def test_a_server_hanging_up_without_answering_is_a_protocol_error(server: CountingServer) -> None:
