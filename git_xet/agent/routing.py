@@ -90,7 +90,9 @@ def _bucket_backend(location: str) -> XetBackend:
         raise ConfigError(f"cannot use the XET store {location}: {exc.message}") from None
 
 
-_HTTP_CLIENT = ("git_xet.client.http_backend", "git_xet.client.tokens", "git_xet.client.lfs_batch", "encodings.idna")
+# git_xet.client.http_client is httpx (~0.1-0.2 CPU-s to import): the fork server imports it once
+# for the command's workers, each of which would otherwise import it again with its first object.
+_HTTP_CLIENT = ("git_xet.client.http_backend", "git_xet.client.http_client", "git_xet.client.http_auth", "git_xet.client.tokens", "git_xet.client.lfs_batch", "encodings.idna")
 _LOCAL_CLIENT = ("git_xet.client.location", "git_xet.client.local_backend")
 
 

@@ -1,7 +1,7 @@
 """What one agent process does with each object. Imported lazily, after `init` is answered.
 
 Which store serves an object is routing.py's job; this module moves the object. The HTTP
-client (client/wire.py) is imported only by agents that talk HTTP, and the local
+client (client/http_client.py, httpx) is imported only by agents that talk HTTP, and the local
 store's (SQLite, the server's storage code) only by agents that use one (see routing.py):
 git-lfs starts eight agents per push, on every push."""
 

@@ -2,7 +2,7 @@
 
 import sys
 
-# httpx (carrying requests through a proxy, and doctor's) imports its command-line interface
+# httpx (client/http_client.py: every request) imports its command-line interface
 # (click and pygments, ~10 ms) whenever click is installed; nothing here uses it. A None entry
 # makes that one import fail, which httpx expects (it then defines a stub `main`).
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from .. import __version__
 from ..core.checksums import crc64nvme, crc64nvme_of_parts
 from ..core.errors import FormatError
 from ..core.hashes import hash_to_hex, hex_to_hash
-from ..core.http_headers import REFUSED_SHA256, SESSION_ID, UPLOAD_STREAM, bearer, new_session_id
+from ..core.http_headers import REFUSED_SHA256, UPLOAD_STREAM, bearer, new_session_id
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, parts_of
 from ..core.shard import Shard, parse_shard
@@ -26,7 +26,6 @@ from .retry import Outage, RetryPolicy, with_retries
 from .token_policy import may_send_credentials, plain_http_refusal
 from .tokens import StaticToken, TokenSource
 from .http_types import HttpClient, Response, Timeouts
-from .wire import Client
 
 log = logging.getLogger("git_xet.client")
 
@@ -94,26 +93,14 @@ def timeout_from_env() -> Timeouts:
     return Timeouts(connect=min(60.0, seconds), read=seconds, write=seconds) if seconds > 0 else DEFAULT_TIMEOUT
 
 
-_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
-
-
-def proxies_in_environment() -> bool:
-    """Whether HTTP(S)_PROXY or ALL_PROXY (any case) names a proxy, as urllib and httpx read
-    them (then every request goes through it)."""
-    return any(value and name.lower() in _PROXY_VARIABLES for name, value in os.environ.items())
-
-
 def make_http_client(timeouts: Timeouts | None = None) -> HttpClient:
-    """One pooled client: direct connections (client/wire.py), or httpx through the proxy the
-    environment names (client/proxied_http.py, imported only then). Both verify TLS against
-    the OS certificate store plus SSL_CERT_FILE/SSL_CERT_DIR, so corporate CAs installed on the
-    machine work without extra configuration."""
-    headers = {"User-Agent": USER_AGENT}
-    if proxies_in_environment():
-        from .proxied_http import ProxiedClient
+    """One pooled client (client/http_client.py: httpx, imported only now), directly or through
+    the proxy the environment names. It verifies TLS against the OS certificate store plus
+    SSL_CERT_FILE/SSL_CERT_DIR, so corporate CAs installed on the machine work without extra
+    configuration."""
+    from .http_client import Client
 
-        return ProxiedClient(timeouts or timeout_from_env(), headers=headers, max_idle=MAX_KEPT_ALIVE)
-    return Client(timeouts or timeout_from_env(), headers=headers, max_idle=MAX_KEPT_ALIVE)
+    return Client(timeouts or timeout_from_env(), headers={"User-Agent": USER_AGENT}, max_idle=MAX_KEPT_ALIVE)
 
 
 def _new_window(size: int) -> bytearray | memoryview:
@@ -175,6 +162,10 @@ class HttpCasBackend:
         self.outage = Outage()  # one retry budget for all of this store's calls (client/retry.py)
         self._owns_http = http is None  # a client passed in is its owner's to close
         self.http = http or make_http_client()
+        from .http_auth import StoreAuth  # (httpx: imported with the client)
+
+        self._auth = StoreAuth(self.session_id, self.tokens)  # CAS calls: session id and token
+        self._session_only = StoreAuth(self.session_id)  # presigned URLs: the session id alone
         self._grants_offered = True  # until the server answers a grant request with 404
         self._bundles = bundles  # until the server answers a bundle with 404 (an older server)
         self._checks_sha256_claims = checks_sha256_claims
@@ -203,13 +194,6 @@ class HttpCasBackend:
             raise TransferError(plain_http_refusal(self.endpoint, "for this CAS"))
         return token
 
-    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        headers = {SESSION_ID: self.session_id}
-        token = self._token()
-        if token:
-            headers |= bearer(token)
-        return headers | (extra or {})
-
     def _request(
         self,
         what: str,
@@ -222,21 +206,12 @@ class HttpCasBackend:
         headers: dict[str, str] | None = None,
         answer_limit: int = MAX_ANSWER_BYTES,
     ) -> Response:
-        """One authenticated CAS call with retries; a 401 refreshes the token once. An answer
-        longer than `answer_limit` bytes is refused unread."""
-        refreshed = False
-
-        def send() -> Response:
-            return self.http.request(method, self.endpoint + path, headers=self._headers(headers), body=body, json=json, stream=True)
+        """One CAS call, signed by the client's auth layer (session id, token, a 401 refreshing
+        it once: client/http_auth.py), under the store's retry policy. An answer longer than
+        `answer_limit` bytes is refused unread."""
 
         def attempt() -> Response:
-            nonlocal refreshed
-            resp = send()
-            if resp.status_code == 401 and not refreshed:
-                resp.close()
-                refreshed = True
-                self.tokens.invalidate()
-                resp = send()
+            resp = self.http.request(method, self.endpoint + path, headers=headers, body=body, json=json, stream=True, auth=self._auth)
             if resp.status_code not in ok:
                 resp.read(MAX_ERROR_BYTES, truncate=True)
                 raise status_error(what, resp)
@@ -301,8 +276,7 @@ class HttpCasBackend:
         transient failures are retried; returns the status (2xx, 403 or 412)."""
 
         def attempt() -> int:
-            headers = grant.headers | {SESSION_ID: self.session_id}
-            with self.http.request(grant.method, grant.url, headers=headers, body=body, stream=True) as resp:
+            with self.http.request(grant.method, grant.url, headers=grant.headers, body=body, stream=True, auth=self._session_only) as resp:
                 if resp.status_code in (403, 412) or 200 <= resp.status_code < 300:
                     return resp.status_code
                 resp.read(MAX_ERROR_BYTES, truncate=True)
@@ -439,8 +413,8 @@ class HttpCasBackend:
 
         def attempt() -> bytes | bytearray | memoryview:
             # Presigned URL: exactly the signed Range, and no bearer token.
-            headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}", SESSION_ID: self.session_id}
-            with self.http.request("GET", url, headers=headers, stream=True) as resp:
+            headers = {"Range": f"bytes={fetch.byte_start}-{fetch.byte_end}"}
+            with self.http.request("GET", url, headers=headers, stream=True, auth=self._session_only) as resp:
                 if resp.status_code == 403:
                     raise UrlExpiredError(f"xorb URL for {fetch.xorb[:12]} refused (expired)", status=403)
                 if resp.status_code not in (200, 206):

@@ -1,13 +1,13 @@
-"""What the client's callers see of HTTP, whichever client carries a request: the direct one
-(client/wire.py) or httpx through a proxy (client/proxied_http.py). Answers, their headers and
-bodies, timeouts, and the TransportError family that callers retry."""
+"""What the client's callers see of HTTP, whoever carries a request (httpx, in
+client/http_client.py): answers, their headers and bodies, timeouts, and the TransportError
+family that callers retry. Free of httpx, so that modules naming these types import cheaply."""
 
 from __future__ import annotations
 
 import functools
 import json as jsonlib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .. import XetError
 from ..core.scattered import OutgoingBytes
@@ -147,7 +147,7 @@ class Response:
                 self._body.release()
 
     def readinto(self, view: memoryview) -> int:
-        """Fill `view` from the body (the kernel copies straight into it where it can)."""
+        """Fill `view` from the body, as far as it goes; the count put there."""
         return self._body.readinto(view)
 
     def read(self, limit: int | None = None, *, truncate: bool = False) -> bytes:
@@ -236,26 +236,16 @@ class _Inflater:
             raise RemoteProtocolError("the server's compressed answer ends before its compressed stream does")
 
 
-_Client = TypeVar("_Client", bound="HttpClient")
-
-
-class HttpClient:
-    """What the client's callers need of HTTP: wire.Client (direct connections) and
-    proxied_http.ProxiedClient (httpx, through a proxy) differ only in how `_send` carries a
-    request."""
-
-    def __init__(self, timeouts: Timeouts) -> None:
-        self._timeouts = timeouts
+class HttpClient(Protocol):
+    """What the client's callers need of HTTP (client/http_client.Client), named without
+    importing httpx: modules that only pass a client along stay cheap to import."""
 
     @property
-    def timeouts(self) -> Timeouts:
-        return self._timeouts
+    def timeouts(self) -> Timeouts: ...
 
-    def __enter__(self: _Client) -> _Client:
-        return self
+    def __enter__(self) -> HttpClient: ...
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, *exc: object) -> None: ...
 
     def request(
         self,
@@ -267,29 +257,15 @@ class HttpClient:
         json: Any = None,
         stream: bool = False,
         limit: int | None = None,
+        auth: Any = None,
     ) -> Response:
         """Send the request (following redirects) and return the answer. With `stream`, the
         body is for the caller to read and close; without, it is read now, at most `limit`
-        bytes (else TransferError). Connection failures raise TransportError."""
-        if json is not None:
-            merged = dict(headers or {})
-            if not any(name.lower() == "content-type" for name in merged):
-                merged["Content-Type"] = "application/json"
-            body, headers = jsonlib.dumps(json, separators=(",", ":")).encode(), merged  # compact, as hf-xet and httpx send it
-        if isinstance(body, memoryview) and (body.format != "B" or body.ndim != 1):
-            body = body.cast("B")  # counted and sent in bytes, whatever its items
-        resp = self._send(method, url, dict(headers or {}), body)
-        if not stream:
-            resp.read(limit)
-        return resp
+        bytes (else TransferError). `auth`: an httpx.Auth layer (client/http_auth.py).
+        Connection failures raise TransportError."""
+        ...
 
-    def _send(self, method: str, url: str, headers: dict[str, str], body: OutgoingBytes | None) -> Response:
-        """The answer to one request, redirects followed, its body not read yet."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
+    def close(self) -> None: ...
 
     @property
-    def is_closed(self) -> bool:
-        raise NotImplementedError
+    def is_closed(self) -> bool: ...

@@ -8,11 +8,15 @@ import shlex
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from ..core.http_headers import bearer
 from ..gitcmd import run_git
 from .lfs_keys import PREFIX, direction_problem, miscased_keys
+
+if TYPE_CHECKING:
+    from ..client.http_types import Response
 
 
 @dataclass(frozen=True)
@@ -145,14 +149,24 @@ def _check_bucket(location: str) -> Check:
     return Check(True, f"mode: standalone, bucket store {location}")
 
 
+def _ask(method: str, url: str, seconds: float, headers: dict[str, str] | None = None, *, json: object = None, body: bytes | None = None) -> Response:
+    """One request through the client's own HTTP stack (client/http_client.py: the agent's
+    TLS trust, proxy and error mapping), its answer read (at most 1 MiB), with one timeout."""
+    from ..client.http_backend import make_http_client
+    from ..client.http_types import Timeouts
+
+    with make_http_client(Timeouts(seconds, seconds, seconds)) as http:
+        return http.request(method, url, headers=headers, json=json, body=body, limit=1 << 20)
+
+
 def server_health(url: str) -> Check:
     """Does `url` answer like `git xet serve` (GET /health)? Doctor's check, and `git xet
     install --standalone URL`'s: a wrong port is found at install, not at the first push."""
-    import httpx
+    from .. import XetError
 
     try:
-        health = httpx.get(url + "/health", timeout=10)
-    except httpx.HTTPError as exc:
+        health = _ask("GET", url + "/health", 10)
+    except XetError as exc:
         from ..client.diagnosis import diagnose
 
         # The same advice a failed push gives (an untrusted certificate is not a stopped server).
@@ -168,8 +182,6 @@ def server_health(url: str) -> Check:
 
 
 def _check_server(url: str) -> Iterator[Check]:
-    import httpx
-
     health = server_health(url)
     yield health
     if not health.ok:
@@ -187,12 +199,12 @@ def _check_server(url: str) -> Iterator[Check]:
         return
     yield Check(True, f"access token for {url} from {source}")
     auth = bearer(token)
-    read = httpx.get(f"{url}/v1/reconstructions/{'0' * 64}", headers=auth, timeout=10)
+    read = _ask("GET", f"{url}/v1/reconstructions/{'0' * 64}", 10, auth)
     if read.status_code in (401, 403):
         yield Check(False, _refused("access token", read), fix)
         return
     # An empty shard is refused (400) after the write scope is checked, so this stores nothing.
-    write = httpx.post(f"{url}/v1/shards", headers=auth, content=b"", timeout=10)
+    write = _ask("POST", f"{url}/v1/shards", 10, auth, body=b"")
     if write.status_code in (401, 403):
         yield Check(False, f"access token allows reading only: pushes will fail ({_refused('write', write)})", fix)
         return
@@ -215,8 +227,6 @@ def _check_objects_in_repo(url: str, auth: dict[str, str], repo: str) -> Iterato
     and the next clone misses objects. Objects only committed here are not asked about."""
     import json
 
-    import httpx
-
     upstream = run_git("rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{upstream}")
     if not upstream.ok or not upstream.stdout.strip():
         return
@@ -229,11 +239,12 @@ def _check_objects_in_repo(url: str, auth: dict[str, str], repo: str) -> Iterato
     objects = [{"oid": f["oid"], "size": f["size"]} for f in files if isinstance(f, dict) and "oid" in f and "size" in f][:SAMPLED_OBJECTS]
     if not objects:
         return
-    answer = httpx.post(
+    answer = _ask(
+        "POST",
         f"{url}/git-xet.git/info/lfs/objects/batch",
+        30,
+        {**auth, "Accept": "application/vnd.git-lfs+json"},
         json={"operation": "download", "transfers": ["xet"], "objects": objects},
-        headers={**auth, "Accept": "application/vnd.git-lfs+json"},
-        timeout=30,
     )
     if answer.status_code != 200:
         yield Check(False, _refused(f"looking up this repository's LFS objects in repo '{repo}'", answer))
@@ -249,8 +260,7 @@ def _check_objects_in_repo(url: str, auth: dict[str, str], repo: str) -> Iterato
 
 def _check_native(url: str) -> Iterator[Check]:
     """`--native URL`: our own batch calls with the user's Hub credentials."""
-    import httpx
-
+    from .. import XetError
     from ..agent.endpoints import ConfigError, credential_headers, hub_repo, lfs_endpoint
 
     yield Check(True, f"mode: native XET for LFS endpoints under {url}")
@@ -269,8 +279,8 @@ def _check_native(url: str) -> Iterator[Check]:
         return
     route = hub_repo(endpoint).token_route("write")
     try:
-        resp = httpx.get(route, headers=credential_headers(endpoint), timeout=15)
-    except httpx.HTTPError as exc:
+        resp = _ask("GET", route, 15, credential_headers(endpoint))
+    except XetError as exc:
         yield Check(False, f"{url} unreachable ({exc})", "check the URL and your network or proxy")
         return
     if resp.status_code == 200:

@@ -9,7 +9,7 @@ branch, and a layer translates the errors of the one below at its boundary:
     storage/errors.py   StorageError: rejected, conflict, damaged, unavailable, full (no HTTP)
     client/errors.py    TransferError: what any backend raises; the local and bucket backends
                         translate storage errors into the class the HTTP backend raises for
-                        the same refusal; client/wire.py's TransportError: a connection
+                        the same refusal; client/http_types.py's TransportError: a connection
                         failed (retried, then reported as a TransferError)
     server/errors.py    RequestRefused, and the one table from error class to HTTP status
     agent/, commands/   ProtocolError, ConfigError, GitError, MigrationError

@@ -4,9 +4,9 @@ An uploaded xorb is mostly raw chunks, and those are already in memory: in the m
 file being pushed. Copying them into one 64 MiB body cost an agent, per 256 MiB pushed on the
 reference VM, ~0.1 CPU-s of copy and ~0.25 CPU-s of faulting in the buffer's fresh pages, a
 fifth of its CPU. A ScatteredBytes body is instead the records' headers (and any compressed
-payloads) in the builder's buffer, between views of the file; a socket sends the parts with
-vectored writes (client/wire.py), and what needs one buffer (a store that verifies a xorb, a
-proxied request) calls `contiguous()`.
+payloads) in the builder's buffer, between views of the file; httpx sends the parts as they
+are, small neighbours joined (client/http_client.py), and what needs one buffer (a store that
+verifies a xorb) calls `contiguous()`.
 """
 
 from __future__ import annotations

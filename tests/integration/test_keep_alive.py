@@ -16,12 +16,13 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpcore
 import httpx
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from git_xet.client import wire
+from git_xet.client.http_backend import make_http_client
 from git_xet.client.http_types import Timeouts
 from git_xet.core.http_headers import bearer
 from tests.support import hfjs_peer
@@ -69,20 +70,21 @@ def test_httpx_pauses_and_posts_on_the_same_connection(server: RunningServer, pa
 @given(pause=PAUSES)
 @example(pause=6.0)
 def test_our_client_pauses_and_posts_on_the_same_connection(server: RunningServer, pause: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agent's HTTP client (client/wire.py) would open a new connection for a closed one; it
-    opens one connection for both requests here, so the server kept it."""
+    """The agent's HTTP client (client/http_client.py, httpcore's pool beneath it) would open a
+    new connection for a closed one; it opens one connection for both requests here, so the
+    server kept it."""
     import time
 
-    opened: list[wire.Connection] = []
-    original = wire.Connection.open
+    opened: list[object] = []
+    original = httpcore.SyncBackend.connect_tcp
 
-    def counted(origin, timeouts, tls):  # type: ignore[no-untyped-def]
-        opened.append(original(origin, timeouts, tls))
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(original(self, *args, **kwargs))
         return opened[-1]
 
-    monkeypatch.setattr(wire.Connection, "open", staticmethod(counted))
+    monkeypatch.setattr(httpcore.SyncBackend, "connect_tcp", counted)
     token = server.token("write")
-    with wire.Client(Timeouts(connect=10, read=30, write=30)) as client:
+    with make_http_client(Timeouts(connect=10, read=30, write=30)) as client:
         assert client.request("GET", f"{server.url}/health").status_code == 200
         time.sleep(pause)
         answer = client.request("POST", f"{server.url}/v1/telemetry", headers=bearer(token), json={})

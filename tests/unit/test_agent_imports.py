@@ -21,9 +21,14 @@ def _loaded_after(setup: str, candidates: tuple[str, ...]) -> list[str]:
     return json.loads(proc.stdout)
 
 
+# The HTTP stack (httpx, httpcore beneath it, ssl beneath both): ~0.1-0.2 CPU-s per process,
+# paid only by an agent that makes a request (or once by the command's fork server).
+HTTP_STACK = ("httpx", "httpcore", "h11", "ssl", "git_xet.client.http_client")
+
+
 def test_an_agent_session_loads_neither_pipeline_until_an_object_needs_it() -> None:
     setup = "from git_xet.agent.session import AgentSession\nAgentSession(None)"
-    assert _loaded_after(setup, ("git_xet.pipelines.download", "git_xet.pipelines.upload", "ctypes.util", "httpx")) == []
+    assert _loaded_after(setup, ("git_xet.pipelines.download", "git_xet.pipelines.upload", "ctypes.util", *HTTP_STACK)) == []
 
 
 def test_the_upload_path_imports_no_module_it_has_replaced() -> None:
@@ -40,16 +45,17 @@ def test_the_download_path_into_a_local_store_defines_no_dataclass() -> None:
     assert _loaded_after(setup, ("dataclasses", "inspect", "git_xet.pipelines.upload")) == []
 
 
-_RUN_AGENT = """
+_RUN_AGENT = f"""
 import io, json, sys
 from git_xet.agent import transfer
 transfer.run(io.StringIO(sys.stdin.read()))
-sys.stderr.write(json.dumps(sorted(m for m in ("dataclasses", "inspect") if m in sys.modules)))
+sys.stderr.write(json.dumps(sorted(m for m in {("dataclasses", "inspect", *HTTP_STACK)!r} if m in sys.modules)))
 """
 
 
 def test_agents_that_upload_and_download_through_a_local_store_define_no_dataclass(tmp_path: Path) -> None:
-    """The whole of what an agent runs for an object, not a list of modules to import."""
+    """The whole of what an agent runs for an object, not a list of modules to import; nor
+    does such an agent load the HTTP stack."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     data = b"no dataclasses" * 1000
     oid, stored = put_lfs_object(tmp_path, data)

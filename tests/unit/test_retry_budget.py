@@ -41,7 +41,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 def _refused() -> ConnectError:
     """A transport error as the HTTP client raises it: its own class, the OS error only in the
-    chain (raised `from None` inside the handler, as client/wire.py does)."""
+    chain (raised `from None` inside the handler, as client/http_client.py does)."""
     try:
         try:
             raise ConnectionRefusedError(111, "Connection refused")
