@@ -13,6 +13,7 @@ backends turn them into the client errors the HTTP backend raises for the same c
       Damaged               stored data is missing or no longer verifies
       Unavailable           a part of the store cannot be reached now: try again later
       StorageFull           no space left where the store writes
+      QuotaExceeded         the push would take a repository past the quota its operator set
       Misconfigured         the store cannot be opened as configured (version, index URL, extras)
 """
 
@@ -60,6 +61,29 @@ class Unavailable(StorageError):
 
 class StorageFull(StorageError):
     """No space (or quota) left where the store writes."""
+
+
+class QuotaExceeded(StorageError):
+    """A push would take a repository's logical bytes past the quota its operator set."""
+
+    def __init__(self, repo: str, quota: int, used: int, adding: int) -> None:
+        super().__init__(
+            f"repository {repo} is over its quota: {_size(quota)} allowed, {_size(used)} held, this push adds {_size(adding)} "
+            "(logical bytes: the sizes of its files); delete files from it, or ask the operator to raise the quota"
+        )
+        self.repo, self.quota, self.used, self.adding = repo, quota, used, adding
+
+
+def _size(n: int) -> str:
+    """A byte count as people read it, exact for small ones (a quota message names both)."""
+    if n < 10 * 1024:
+        return f"{n} bytes"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit} ({n} bytes)"
 
 
 class Misconfigured(StorageError):
