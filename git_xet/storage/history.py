@@ -34,6 +34,13 @@ _SCHEMA = (
 )
 
 
+# Each history table's columns, in the order export_rows gives and import_rows takes them.
+COLUMNS = {
+    "history_pushes": ("at", "repo", "files", "bytes"),
+    "history_samples": ("at", "kind", "stored_bytes", "xorbs", "freed_bytes"),
+}
+
+
 class Push(NamedTuple):
     at: float
     repo: str
@@ -155,9 +162,42 @@ class History:
         logical = self._query("SELECT coalesce(sum(f.size), 0) FROM repo_files r JOIN files f ON f.hash = r.file")[0][0]
         return StoreTotals(int(xorbs), int(stored), int(unpacked), int(shards), int(logical))
 
+    # ------------------------------------------------------------------ copying (git xet copy-index)
+
+    def export_rows(self, table: str) -> list[tuple]:
+        """Every row of a history table (COLUMNS order)."""
+        columns = ", ".join(COLUMNS[table])  # a KeyError for anything else: never SQL from a caller
+        return self._query(f"SELECT {columns} FROM {table} ORDER BY {columns}")
+
+    def import_rows(self, table: str, rows: list[tuple]) -> int:
+        """Add the rows not already there (the same values in every column): a copy run again
+        adds nothing. One pass over each side, the target's rows held as a set. The number added."""
+        columns = COLUMNS[table]
+        present = {tuple(row) for row in self.export_rows(table)}
+        new = [tuple(row) for row in rows if tuple(row) not in present]
+        conn = self._conn()
+        try:
+            conn.cursor().executemany(self._sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"), new)
+            conn.commit()
+        except Exception:
+            self._local.conn = None
+            raise
+        return len(new)
+
     def ping(self) -> None:
         """Fail unless the index database answers (readiness)."""
         self._query("SELECT 1")
+
+
+def copy_history(source: History, target: History) -> dict[str, int]:
+    """Copy every history row of `source` into `target` (git xet copy-index, after the index's
+    own tables); the rows read per table."""
+    copied = {}
+    for table in COLUMNS:
+        rows = source.export_rows(table)
+        target.import_rows(table, rows)
+        copied[table] = len(rows)
+    return copied
 
 
 def open_history(index_url: str | None, data_dir: Path, writable: bool = True) -> History:
