@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..core.xorb import stored_size
+
 log = logging.getLogger("git_xet.server")
 
 # A sample of the store's totals is recorded with a push at most this often.
@@ -57,7 +59,7 @@ class Sample(NamedTuple):
 
 
 class StoreTotals(NamedTuple):
-    """The whole store now: xorbs and their stored (compressed) and unpacked bytes, shards,
+    """The whole store now: xorbs and their stored (objects: compressed chunks and footer) and unpacked bytes, shards,
     and the logical bytes of every repo's files (a file in two repos counts twice)."""
 
     xorbs: int
@@ -157,7 +159,13 @@ class History:
         return GcTotals(int(rows[0][0]), int(rows[0][1]))
 
     def totals(self) -> StoreTotals:
-        xorbs, stored, unpacked = self._query("SELECT count(*), coalesce(sum(body_size), 0), coalesce(sum(unpacked_size), 0) FROM xorbs")[0]
+        xorbs, body, chunks, unpacked = self._query(
+            "SELECT count(*), coalesce(sum(body_size), 0), coalesce(sum(num_chunks), 0), coalesce(sum(unpacked_size), 0) FROM xorbs"
+        )[0]
+        # A stored object is its body and a footer rebuilt per xorb (core.xorb.stored_size, linear
+        # in both): the sum over xorbs, as usage's stored bytes and the objects on disk add up.
+        footer, per_chunk = stored_size(0, 0), stored_size(0, 1) - stored_size(0, 0)
+        stored = int(body) + int(xorbs) * footer + int(chunks) * per_chunk
         shards = self._query("SELECT count(*) FROM shards")[0][0]
         logical = self._query("SELECT coalesce(sum(f.size), 0) FROM repo_files r JOIN files f ON f.hash = r.file")[0][0]
         return StoreTotals(int(xorbs), int(stored), int(unpacked), int(shards), int(logical))
