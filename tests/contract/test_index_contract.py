@@ -717,6 +717,37 @@ def test_a_quota_refuses_exactly_the_registrations_past_it(make_index) -> None:
     run()
 
 
+@pytest.mark.parametrize("writers", [2, 6])
+def test_racing_registrations_never_pass_the_quota(make_index, writers: int) -> None:
+    """Writers registering different files into one repo at once (threads with their own
+    connections; for PostgreSQL, as replicas would): as many fit as the quota has room for,
+    never more, and the refused ones record nothing."""
+    index = make_index()
+    index.add_xorb(XorbLayout(XORBS[0], (CHUNKS[0],), (1008,), (1000,)), 1008)
+    index.set_quota(REPOS[0], 1000 * (writers // 2) + 500)
+    names = [hashlib.sha256(b"racer %d" % i).hexdigest() for i in range(writers)]
+    start = threading.Barrier(writers)
+    outcome: dict[int, str] = {}
+
+    def register(i: int) -> None:
+        files = (FileRegistration(names[i], 1000, (FileTerm(XORBS[0], 1000, 0, 1),), None, None),)
+        start.wait()
+        try:
+            index.register_shard(ShardRegistration(f"race{i}", 10, REPOS[0], files))
+            outcome[i] = "registered"
+        except QuotaExceeded:
+            outcome[i] = "refused"
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(outcome.values()) == ["refused"] * (writers - writers // 2) + ["registered"] * (writers // 2)
+    assert index.logical_bytes(REPOS[0]) == 1000 * (writers // 2)
+    assert sorted(r[1] for r in index.export_rows("repo_files")) == sorted(names[i] for i, o in outcome.items() if o == "registered")
+
+
 def test_copy_index_between_implementations(postgres: Postgres, tmp_path: Path) -> None:
     """Rows copied from SQLite into PostgreSQL and from there into a new SQLite file arrive
     unchanged, in several batches per table."""
