@@ -119,3 +119,17 @@ def test_the_quota_command_and_a_raise_after_a_refusal(tmp_path: Path, index_arg
         assert "quota 1048576 bytes, 140000 logical bytes held" in shown.stdout
         run_git_xet("repo", "quota", "team/q", "none", *flags, timeout=120, check=True)
         assert "no quota" in run_git_xet("repo", "quota", "team/q", *flags, timeout=120, check=True).stdout
+
+
+def test_a_stock_git_lfs_push_past_the_quota_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """A teammate with stock git-lfs (basic PUTs, stored as XET by the server) meets the same
+    quota, and git's stderr gives the same reason; the repository holds nothing."""
+    with running_server(tmp_path / "data", env={"GIT_XET_ADMIN_TOKEN": ADMIN}) as server:
+        g = make_git_env(tmp_path / "stock")
+        g.git("lfs", "install", "--skip-repo")
+        token = server.token("write", repo="team/stock")
+        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
+        _admin(server, "/admin/api/repos/quota", {"repo": "team/stock", "max_bytes": 50_000})
+        ok, stderr = _push(g, server, "team/stock", {"big.bin": random_bytes(60_000, 9)}, "w")
+        assert not ok and "over its quota" in stderr and "51200" not in stderr and "50000 bytes" in stderr, stderr
+        assert _held(server, "team/stock") == (0, 0)
