@@ -64,14 +64,24 @@ class StorageFull(StorageError):
 
 
 class QuotaExceeded(StorageError):
-    """A push would take a repository's logical bytes past the quota its operator set."""
+    """A push would take a repository's logical bytes past the quota its operator set (the
+    figures, in bytes, for callers; quota_exceeded makes one with the message users see)."""
 
-    def __init__(self, repo: str, quota: int, used: int, adding: int) -> None:
-        super().__init__(
-            f"repository {repo} is over its quota: {_size(quota)} allowed, {_size(used)} held, this push adds {_size(adding)} "
-            "(logical bytes: the sizes of its files); delete files from it, or ask the operator to raise the quota"
-        )
-        self.repo, self.quota, self.used, self.adding = repo, quota, used, adding
+    def __init__(self, message: str, quota: int = 0, used: int = 0, adding: int = 0) -> None:
+        super().__init__(message)
+        self.quota, self.used, self.adding = quota, used, adding
+
+
+def quota_exceeded(repo: str, quota: int, used: int, adding: int) -> QuotaExceeded:
+    """The refusal of a registration that would take `repo` past its quota: names the quota, the
+    usage, what the push adds, which bytes count, and what to do."""
+    return QuotaExceeded(
+        f"repository {repo} is over its quota: {_size(quota)} allowed, {_size(used)} held, this push adds {_size(adding)} "
+        "(logical bytes: the sizes of its files); delete files from it, or ask the operator to raise the quota",
+        quota,
+        used,
+        adding,
+    )
 
 
 def _size(n: int) -> str:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..core.xorb import XorbLayout
-from .errors import Conflict, Misconfigured, QuotaExceeded, Unavailable
+from .errors import Conflict, Misconfigured, quota_exceeded, Unavailable
 from .index_base import COLUMNS, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 log = logging.getLogger("git_xet.storage")
@@ -160,7 +160,7 @@ def _check_quota(conn: psycopg.Connection, shard: ShardRegistration) -> None:
     adding = sum(size for file_hex, size in new.items() if file_hex not in held)
     used = _logical_bytes(conn, shard.repo)
     if adding and used + adding > row[0]:
-        raise QuotaExceeded(shard.repo, row[0], used, adding)
+        raise quota_exceeded(shard.repo, row[0], used, adding)
 
 
 class PostgresIndex:

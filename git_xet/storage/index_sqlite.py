@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..core.xorb import XorbLayout
 from ..platform.locks import lock_range, opening_lock, unlock_range
-from .errors import Conflict, Misconfigured, QuotaExceeded, read_only_store
+from .errors import Conflict, Misconfigured, quota_exceeded, read_only_store
 from .index_base import COLUMNS, DEFAULT_REPO, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 from .sqlite_file import SqliteFile
 
@@ -153,7 +153,7 @@ def _check_quota(db: sqlite3.Connection, shard: ShardRegistration) -> None:
     adding = sum(size for file_hex, size in new.items() if db.execute(held, (shard.repo, file_hex)).fetchone() is None)
     used = _logical_bytes(db, shard.repo)
     if adding and used + adding > row[0]:
-        raise QuotaExceeded(shard.repo, row[0], used, adding)
+        raise quota_exceeded(shard.repo, row[0], used, adding)
 
 
 class SqliteIndex:
