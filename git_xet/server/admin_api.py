@@ -171,7 +171,10 @@ class AdminApi:
     async def revoke(self, request: Request) -> Response:
         body = await self._body(request)
         if isinstance(body.get("token"), str):
-            token_id = self.app.signer.claims_of(body["token"].strip()).id
+            try:
+                token_id = self.app.signer.claims_of(body["token"].strip()).id
+            except RequestRefused:  # a 401 here would read as "the admin token is wrong"
+                raise RequestRefused(422, '"token" is not a token this server signed: give it whole, or its "id"') from None
         else:
             token_id = _field(body, "id")
             if not token_id.isalnum() or len(token_id) > 64:

@@ -105,6 +105,7 @@ def test_the_docs_curl_block_does_what_the_commands_do(tmp_path: Path, index_arg
         assert unlocked.status_code == 200 and unlocked.json()["path"] == "art/hero.psd"
         assert _get(server, "/admin/api/locks") == {"locks": []}
         assert _post(server, "/admin/api/locks/unlock", {"repo": "acme/models", "id": lock_id}).status_code == 404
+        assert _post(server, "/admin/api/tokens/revoke", {"token": alice[:-2] + "xx"}).status_code == 422  # not one it signed
         revoked = _post(server, "/admin/api/tokens/revoke", {"token": alice})
         assert revoked.status_code == 200
         assert revoked.json()["id"] in {t["id"] for t in _get(server, "/admin/api/tokens")["revoked"]}
