@@ -433,12 +433,17 @@ def _cmd_copy_index(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .storage.errors import StorageError
+    from .storage.history import copy_history, open_history
     from .storage.index_base import copy_index, open_index
 
+    to_url = args.to if args.to.startswith(("postgresql://", "postgres://")) else None
     try:
+        if to_url is None:
+            Path(args.to).mkdir(parents=True, exist_ok=True)  # a new store's directory
         source = open_index(args.index, args.data)
-        target = open_index(args.to, Path(args.to)) if args.to.startswith(("postgresql://", "postgres://")) else open_index(None, Path(args.to))
+        target = open_index(to_url, Path(args.to))
         copied = copy_index(source, target)
+        copied |= copy_history(open_history(args.index, args.data), open_history(to_url, Path(args.to)))
     except StorageError as exc:
         print(f"git-xet copy-index: {exc.message}", file=sys.stderr)
         return 1

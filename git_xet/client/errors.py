@@ -92,7 +92,7 @@ class StoreUnavailableError(TransferError):
 
 
 class StoreFullError(TransferError):
-    """The store has no space left: its operator must free or add some."""
+    """The store has no space left, or the repository reached its quota: the message says which."""
 
 
 def from_storage_error(exc: StorageError, where: str) -> TransferError:
@@ -111,7 +111,7 @@ def from_storage_error(exc: StorageError, where: str) -> TransferError:
         return StoreDamagedError(f"the store {where} is damaged: {message}")
     if isinstance(exc, storage.Unavailable):
         return StoreUnavailableError(message, retryable=getattr(exc, "transient", True))
-    if isinstance(exc, storage.StorageFull):
+    if isinstance(exc, (storage.StorageFull, storage.QuotaExceeded)):
         return StoreFullError(message)
     return TransferError(message)
 

@@ -1,5 +1,5 @@
-"""`git xet usage` and `git xet repo delete|prune|restore`: a server operator's commands over
-its store's index (run where `git xet fsck` runs, with the server's --data/--index)."""
+"""`git xet usage` and `git xet repo delete|prune|restore|quota`: a server operator's commands
+over its store's index (run where `git xet fsck` runs, with the server's --data/--index)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,34 @@ def cmd_usage(args: argparse.Namespace, open_store: OpenStore) -> int:
     return 0
 
 
+def parse_bytes(text: str) -> int | None:
+    """A quota as given: bytes, with an optional K/M/G/T suffix (powers of 1024), or `none`."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    if value == "NONE":
+        return None
+    factor = 1024 ** (" KMGT".index(value[-1]) if value and value[-1] in "KMGT" else 0)
+    number = value[:-1] if factor > 1 else value
+    if not number.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes (e.g. 5000000000 or 5G) or `none`")
+    return int(number) * factor
+
+
+def cmd_quota(args: argparse.Namespace, open_store: OpenStore) -> int:
+    store = open_store(args, "repo quota")
+    if store is None:
+        return 1
+    index = store.index  # type: ignore[attr-defined]
+    try:
+        if args.bytes != "show":
+            index.set_quota(args.repo, args.bytes)
+        quota, used = index.quotas().get(args.repo), index.logical_bytes(args.repo)
+    finally:
+        store.close()  # type: ignore[attr-defined]
+    limit = "no quota" if quota is None else f"quota {quota} bytes"
+    print(f"git-xet repo quota: {args.repo}: {limit}, {used} logical bytes held (the sizes of its files)")
+    return 0
+
+
 def cmd_repo(args: argparse.Namespace, open_store: OpenStore) -> int:
     keep = drop = None
     if args.action == "prune":
@@ -93,7 +121,7 @@ def add_parsers(sub: argparse._SubParsersAction, store_flags: Callable[[argparse
     usage_cmd.set_defaults(func=lambda a: cmd_usage(a, open_store))
 
     repo_cmd = sub.add_parser("repo", help="delete a repository or prune its files (undoable for the retention period), or restore them")
-    actions = repo_cmd.add_subparsers(dest="action", required=True, metavar="delete|prune|restore")
+    actions = repo_cmd.add_subparsers(dest="action", required=True, metavar="delete|prune|restore|quota")
     for action, text in (
         ("delete", "delete every file of REPO (restorable until gc passes the retention period)"),
         ("prune", "delete REPO's files that --keep does not name (or that --drop names)"),
@@ -106,3 +134,11 @@ def add_parsers(sub: argparse._SubParsersAction, store_flags: Callable[[argparse
             parser.add_argument("--keep", type=Path, metavar="FILE_OF_OIDS", help="oids to keep, one a line or `git lfs ls-files --all --long` output (- for stdin)")
             parser.add_argument("--drop", type=Path, metavar="FILE_OF_OIDS", help="oids to delete, in the same form")
         parser.set_defaults(func=lambda a: cmd_repo(a, open_store))
+    quota = actions.add_parser("quota", help="show or set the most logical bytes REPO may hold; a push beyond it is refused")
+    quota.add_argument("repo", metavar="REPO")
+    quota.add_argument(
+        "bytes", nargs="?", default="show", type=lambda t: t if t == "show" else parse_bytes(t), metavar="BYTES",
+        help="the quota: bytes, or with K/M/G/T (powers of 1024); `none` removes it; left out: show it",
+    )
+    store_flags(quota)
+    quota.set_defaults(func=lambda a: cmd_quota(a, open_store))

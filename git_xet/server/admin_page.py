@@ -56,6 +56,11 @@ def chart(points: list[tuple[float, int]]) -> str:
     )
 
 
+def _quota(limit: int | None) -> str:
+    """A repository's quota cell (logical bytes; `git xet repo quota` sets it)."""
+    return '<td class="quota">none</td>' if limit is None else f'<td class="quota" data-value="{limit}">{_size(limit)}</td>'
+
+
 def render(summary: dict, csrf: str, done: str = "") -> str:
     totals = summary["totals"]
     parts = ["<h1>git-xet admin</h1>"]
@@ -73,10 +78,13 @@ def render(summary: dict, csrf: str, done: str = "") -> str:
         f'<tr data-repo="{escape(r["repo"])}"><td>{escape(r["repo"])}</td><td class="files">{r["files"]}</td>'
         f'<td class="logical" data-value="{r["logical_bytes"]}">{_size(r["logical_bytes"])}</td>'
         f'<td data-value="{r["unique_bytes"]}">{_size(r["unique_bytes"])}</td><td data-value="{r["shared_bytes"]}">{_size(r["shared_bytes"])}</td>'
-        f'<td class="ratio">{r["dedup_ratio"]:.2f}</td></tr>'
+        f'<td class="ratio">{r["dedup_ratio"]:.2f}</td>{_quota(summary["quotas"].get(r["repo"]))}</tr>'
         for r in summary["repos"]
     )
-    parts.append(f'<h2>Repositories</h2><table id="repos"><tr><th>Repository</th><th>Files</th><th>Logical</th><th>Only its own</th><th>Shared</th><th>Dedup ratio</th></tr>{rows}</table>')
+    parts.append(
+        '<h2>Repositories</h2><table id="repos"><tr><th>Repository</th><th>Files</th><th>Logical</th><th>Only its own</th><th>Shared</th>'
+        f"<th>Dedup ratio</th><th>Quota</th></tr>{rows}</table>"
+    )
     now = time.time()
     points = [(s["at"], s["stored_bytes"]) for s in summary["samples"]] + [(now, totals["stored_bytes"])]
     parts.append(f"<h2>Storage over time</h2>{chart(points)}")
@@ -84,6 +92,17 @@ def render(summary: dict, csrf: str, done: str = "") -> str:
         f'<tr><td>{escape(p["repo"])}</td><td>{p["files"]}</td><td data-value="{p["bytes"]}">{_size(p["bytes"])}</td><td>{escape(_when(p["at"]))}</td></tr>' for p in summary["pushes"]
     )
     parts.append(f'<h2>Recent pushes</h2><table id="pushes"><tr><th>Repository</th><th>Files</th><th>Bytes</th><th>When</th></tr>{pushes}</table>')
+    locks = "".join(
+        f'<tr data-lock="{escape(lock["id"])}"><td>{escape(lock["repo"])}</td><td class="path">{escape(lock["path"])}</td><td>{escape(lock["owner"])}</td>'
+        f'<td>{escape(_when(lock["locked_at"]))}</td><td><form method="post" action="/admin/unlock" class="unlock">'
+        f'<input type="hidden" name="csrf" value="{escape(csrf)}"><input type="hidden" name="repo" value="{escape(lock["repo"])}">'
+        f'<input type="hidden" name="id" value="{escape(lock["id"])}"><button>Force unlock</button></form></td></tr>'
+        for lock in summary["locks"]
+    )
+    parts.append(
+        '<h2>Locks</h2><p class="note">Git LFS file locks. A forced unlock releases one whoever holds it, as `git lfs unlock --force` does.</p>'
+        f'<table id="locks"><tr><th>Repository</th><th>Path</th><th>Owner</th><th>Since</th><th></th></tr>{locks}</table>'
+    )
     revoked = "".join(f"<li>{escape(t)}</li>" for t in summary["revoked_tokens"]) or "<li>none</li>"
     parts.append(
         "<h2>Tokens</h2><p class=\"note\">User tokens are not stored on the server: revoke one by pasting it, or its id "

@@ -632,13 +632,14 @@ def create_app(config: ServerConfig) -> Starlette:
     # Imported here, not above: prometheus-client picks its multiprocess mode at import, after
     # `serve` has set its directory (see metrics.py).
     from . import metrics
+    from .admin_api import admin_api_routes
     from .operator import Operator, operator_routes
 
     app = CasApp(config)
     hub = HubEmulation(app)
 
     starlette = Starlette(
-        routes=_routes(app) + file_chunk_hashes_routes(app) + hub_routes(hub) + lock_routes(LockApi(app)) + operator_routes(Operator(app, app.history)),
+        routes=_routes(app) + file_chunk_hashes_routes(app) + hub_routes(hub) + lock_routes(LockApi(app)) + operator_routes(Operator(app, app.history)) + admin_api_routes(app),
         exception_handlers={kind: _counting_errors(handler, metrics.storage_error) for kind, handler in exception_handlers().items()},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from ..core import hashes
 from ..platform.locks import lock_file
 from ..storage.cas_store import CasStore
+from ..storage.errors import QuotaExceeded
 from .errors import RequestRefused, lfs_error_response
 from .http_io import body_parts
 from .ingest import IngestError, ingest_file
@@ -97,6 +98,8 @@ class BasicUploads:
                     await in_worker(ingest_file, self.store, repo, Path(spool.name), oid)
                 except IngestError as exc:
                     return lfs_error_response(422, str(exc))
+                except QuotaExceeded as exc:  # git-lfs shows an LFS-shaped answer's message, else only "Insufficient server storage"
+                    return lfs_error_response(507, exc.message)
         return Response(status_code=200)
 
     async def _receive(self, request: Request, spool: IO[bytes]) -> str:

@@ -26,6 +26,7 @@ log = logging.getLogger("git_xet.server")
 # Stable, machine-readable reasons sent beside the human message (`code` in an error answer or
 # a shard frame). Clients act on the code; the message may change.
 MISSING_XORB = "missing_xorb"  # a shard references a xorb the store does not hold
+QUOTA_EXCEEDED = "quota_exceeded"  # the push would take the repository past its quota
 
 DISK_FULL = "the server's disk is full; free space or grow its volume, then push again"
 OBJECT_STORAGE_DOWN = "the server's object storage is unavailable; try again later"
@@ -70,6 +71,7 @@ STATUSES: dict[type[BaseException], tuple[int, str | None, str | None]] = {
     S3Error: (503, None, OBJECT_STORAGE_DOWN),  # its message names the bucket and what is wrong with the server's credentials
     storage.Unavailable: (503, None, None),
     storage.StorageFull: (507, None, DISK_FULL),
+    storage.QuotaExceeded: (507, QUOTA_EXCEEDED, None),
     storage.Misconfigured: (500, None, None),
 }
 

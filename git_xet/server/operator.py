@@ -1,5 +1,6 @@
 """The operator's routes: /ready for load balancers, and behind the admin token /metrics
-(Prometheus), /admin (the admin page, admin_page.py) and /admin/api/summary (its figures as JSON).
+(Prometheus), /admin (the admin page, admin_page.py: figures, locks with a forced unlock, token
+revocation) and /admin/api/summary (its figures as JSON).
 
 The admin token is $GIT_XET_ADMIN_TOKEN (at least 16 bytes; give every replica the same one).
 Without it /metrics and /admin are refused: nothing about the store is open to strangers. A
@@ -13,17 +14,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import itertools
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..storage.history import History
+from ..storage.index_base import LockRecord
 from ..storage.usage import repo_usage
 from . import admin_page, metrics
 from .auth import presented_token
@@ -38,6 +41,7 @@ MIN_ADMIN_TOKEN = 16
 COOKIE = "git_xet_admin"
 READY_TIMEOUT = 5.0
 MAX_FORM = 4096
+MAX_LOCKS_SHOWN = 500
 
 
 def admin_token() -> bytes | None:
@@ -116,6 +120,8 @@ class Operator:
             "pushes": [push._asdict() for push in self.history.recent_pushes()],
             "samples": [sample._asdict() for sample in self.history.samples(time.time() - 30 * 24 * 3600)],
             "revoked_tokens": sorted(self.app.store.revoked_token_ids()),
+            "locks": [lock._asdict() for lock in itertools.islice(map(LockRecord._make, self.app.store.index.export_rows("locks")), MAX_LOCKS_SHOWN)],
+            "quotas": self.app.store.index.quotas(),
         }
 
     async def api_summary(self, request: Request) -> Response:
@@ -142,12 +148,26 @@ class Operator:
         response.set_cookie(COOKIE, self._derived("session"), httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/admin")
         return response
 
-    async def revoke(self, request: Request) -> Response:
-        """Put a user token (given whole, or by its id) on the revocation list."""
+    async def _page_form(self, request: Request) -> dict[str, str]:
+        """A form the admin page posted: signed in, and carrying the page's value (not another site's)."""
         self._require(request)
         form = await self._form(request)
         if not hmac.compare_digest(form.get("csrf", ""), self._derived("csrf")):
             raise RequestRefused(403, "this form did not come from the admin page: reload it and try again")
+        return form
+
+    async def unlock(self, request: Request) -> Response:
+        """Release a Git LFS lock whoever holds it (`git lfs unlock --force` as its admin)."""
+        form = await self._page_form(request)
+        repo, lock_id = form.get("repo", ""), form.get("id", "")
+        lock, deleted = await in_worker(self.app.store.index.delete_lock, repo, lock_id, None)
+        if lock is None or not deleted:
+            raise RequestRefused(404, f"repository {repo} has no lock {lock_id}: reload the page")
+        return RedirectResponse("/admin?" + urlencode({"done": f"unlocked {lock.path} in {repo}"}), status_code=303)
+
+    async def revoke(self, request: Request) -> Response:
+        """Put a user token (given whole, or by its id) on the revocation list."""
+        form = await self._page_form(request)
         given = form.get("token", "").strip()
         if given.count(".") == 2:
             token_id = self.app.signer.claims_of(given).id
@@ -166,5 +186,6 @@ def operator_routes(operator: Operator) -> list[Route]:
         Route("/admin", operator.page),
         Route("/admin/sign-in", operator.sign_in, methods=["POST"]),
         Route("/admin/revoke", operator.revoke, methods=["POST"]),
+        Route("/admin/unlock", operator.unlock, methods=["POST"]),
         Route("/admin/api/summary", operator.api_summary),
     ]

@@ -13,6 +13,7 @@ backends turn them into the client errors the HTTP backend raises for the same c
       Damaged               stored data is missing or no longer verifies
       Unavailable           a part of the store cannot be reached now: try again later
       StorageFull           no space left where the store writes
+      QuotaExceeded         the push would take a repository past the quota its operator set
       Misconfigured         the store cannot be opened as configured (version, index URL, extras)
 """
 
@@ -60,6 +61,39 @@ class Unavailable(StorageError):
 
 class StorageFull(StorageError):
     """No space (or quota) left where the store writes."""
+
+
+class QuotaExceeded(StorageError):
+    """A push would take a repository's logical bytes past the quota its operator set (the
+    figures, in bytes, for callers; quota_exceeded makes one with the message users see)."""
+
+    def __init__(self, message: str, quota: int = 0, used: int = 0, adding: int = 0) -> None:
+        super().__init__(message)
+        self.quota, self.used, self.adding = quota, used, adding
+
+
+def quota_exceeded(repo: str, quota: int, used: int, adding: int) -> QuotaExceeded:
+    """The refusal of a registration that would take `repo` past its quota: names the quota, the
+    usage, what the push adds, which bytes count, and what to do."""
+    return QuotaExceeded(
+        f"repository {repo} is over its quota: {_size(quota)} allowed, {_size(used)} held, this push adds {_size(adding)} "
+        "(logical bytes: the sizes of its files); delete files from it, or ask the operator to raise the quota",
+        quota,
+        used,
+        adding,
+    )
+
+
+def _size(n: int) -> str:
+    """A byte count as people read it, exact for small ones (a quota message names both)."""
+    if n < 10 * 1024:
+        return f"{n} bytes"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit} ({n} bytes)"
 
 
 class Misconfigured(StorageError):

@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..core.xorb import stored_size
 from .index_sqlite import SqliteIndex
 
 log = logging.getLogger("git_xet.server")
@@ -39,6 +40,13 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS history_pushes (at DOUBLE PRECISION NOT NULL, repo TEXT NOT NULL, files BIGINT NOT NULL, bytes BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS history_samples (at DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL, stored_bytes BIGINT NOT NULL, xorbs BIGINT NOT NULL, freed_bytes BIGINT NOT NULL)",
 )
+
+
+# Each history table's columns, in the order export_rows gives and import_rows takes them.
+COLUMNS = {
+    "history_pushes": ("at", "repo", "files", "bytes"),
+    "history_samples": ("at", "kind", "stored_bytes", "xorbs", "freed_bytes"),
+}
 
 
 class Push(NamedTuple):
@@ -57,7 +65,7 @@ class Sample(NamedTuple):
 
 
 class StoreTotals(NamedTuple):
-    """The whole store now: xorbs and their stored (compressed) and unpacked bytes, shards,
+    """The whole store now: xorbs and their stored (objects: compressed chunks and footer) and unpacked bytes, shards,
     and the logical bytes of every repo's files (a file in two repos counts twice)."""
 
     xorbs: int
@@ -171,14 +179,53 @@ class History:
         return GcTotals(int(rows[0][0]), int(rows[0][1]))
 
     def totals(self) -> StoreTotals:
-        xorbs, stored, unpacked = self._query("SELECT count(*), coalesce(sum(body_size), 0), coalesce(sum(unpacked_size), 0) FROM xorbs")[0]
+        xorbs, body, chunks, unpacked = self._query(
+            "SELECT count(*), coalesce(sum(body_size), 0), coalesce(sum(num_chunks), 0), coalesce(sum(unpacked_size), 0) FROM xorbs"
+        )[0]
+        # A stored object is its body and a footer rebuilt per xorb (core.xorb.stored_size, linear
+        # in both): the sum over xorbs, as usage's stored bytes and the objects on disk add up.
+        footer, per_chunk = stored_size(0, 0), stored_size(0, 1) - stored_size(0, 0)
+        stored = int(body) + int(xorbs) * footer + int(chunks) * per_chunk
         shards = self._query("SELECT count(*) FROM shards")[0][0]
         logical = self._query("SELECT coalesce(sum(f.size), 0) FROM repo_files r JOIN files f ON f.hash = r.file")[0][0]
         return StoreTotals(int(xorbs), int(stored), int(unpacked), int(shards), int(logical))
 
+    # ------------------------------------------------------------------ copying (git xet copy-index)
+
+    def export_rows(self, table: str) -> list[tuple]:
+        """Every row of a history table (COLUMNS order)."""
+        columns = ", ".join(COLUMNS[table])  # a KeyError for anything else: never SQL from a caller
+        return self._query(f"SELECT {columns} FROM {table} ORDER BY {columns}")
+
+    def import_rows(self, table: str, rows: list[tuple]) -> int:
+        """Add the rows not already there (the same values in every column): a copy run again
+        adds nothing. One pass over each side, the target's rows held as a set. The number added."""
+        columns = COLUMNS[table]
+        present = {tuple(row) for row in self.export_rows(table)}
+        new = [tuple(row) for row in rows if tuple(row) not in present]
+        conn = self._conn()
+        try:
+            conn.cursor().executemany(self._sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"), new)
+            conn.commit()
+        except Exception:
+            self._local.conn = None
+            raise
+        return len(new)
+
     def ping(self) -> None:
         """Fail unless the index database answers (readiness)."""
         self._query("SELECT 1")
+
+
+def copy_history(source: History, target: History) -> dict[str, int]:
+    """Copy every history row of `source` into `target` (git xet copy-index, after the index's
+    own tables); the rows read per table."""
+    copied = {}
+    for table in COLUMNS:
+        rows = source.export_rows(table)
+        target.import_rows(table, rows)
+        copied[table] = len(rows)
+    return copied
 
 
 def open_history(index_url: str | None, data_dir: Path, writable: bool = True, index: object = None) -> History:

@@ -18,6 +18,7 @@ Nothing here grows one row per chunk (the Hub's scale rule):
     locks          Git LFS file locks: one per (repo, path), the unique key that decides races
     trash          repo_files and repo_oids rows of deleted repositories and pruned files, kept
                    for the retention period (restorable; their files stay stored till then)
+    quotas         per repo, the most logical bytes (sum of its files' sizes) it may hold
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .errors import Misconfigured
 
 DEFAULT_REPO = "default"
 # Tables every index holds (stats() counts each), in the order they are described above.
-TABLES = ("xorbs", "files", "xorb_refs", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens", "locks", "trash")
+TABLES = ("xorbs", "files", "xorb_refs", "dedup", "shards", "repo_files", "repo_oids", "repo_shards", "revoked_tokens", "locks", "trash", "quotas")
 # Each table's columns, in the order export_rows gives and import_rows takes them.
 COLUMNS = {
     "xorbs": ("hash", "num_chunks", "body_size", "unpacked_size", "chunk_hashes", "byte_ends", "chunk_sizes"),
@@ -50,6 +51,7 @@ COLUMNS = {
     "revoked_tokens": ("id", "revoked_at"),
     "locks": ("id", "repo", "path", "owner", "ref", "locked_at"),
     "trash": ("repo", "file", "oid", "deleted_at"),  # oid "" for the repo_files row itself
+    "quotas": ("repo", "max_bytes"),
 }
 
 _TERM = struct.Struct("<32sIIII")
@@ -149,7 +151,9 @@ class MetadataIndex(Protocol):
     def register_shard(self, shard: ShardRegistration) -> bool:
         """Record a shard, all or nothing, after its new_xorbs (as add_xorb records them). False
         (and nothing new for the repo) when the repo has registered this shard before. Conflict
-        if a xorb its files use is no longer indexed (collected by gc since CasStore checked it)."""
+        if a xorb its files use is no longer indexed (collected by gc since CasStore checked it).
+        QuotaExceeded (and nothing recorded) if the files new to the repo would
+        take its logical bytes past its quota; checked atomically with other registrations."""
 
     def unreferenced_xorbs(self) -> Iterator[str]:
         """Indexed xorbs no registered file uses (uploads whose shard never came), for gc."""
@@ -190,6 +194,16 @@ class MetadataIndex(Protocol):
         """Delete the repo's lock `lock_id` if `owner` holds it (None: whoever does, a forced
         unlock): (the lock, True); (the lock, False) if someone else holds it; (None, False)
         if there is no such lock. Atomic: a lock is deleted once."""
+
+    def set_quota(self, repo: str, max_bytes: int | None) -> None:
+        """Limit the logical bytes `repo` may hold to `max_bytes` (None: no limit). A limit below
+        what it holds refuses its next push of new files; nothing is deleted."""
+
+    def quotas(self) -> dict[str, int]:
+        """Every repo's quota (repos without one are not listed)."""
+
+    def logical_bytes(self, repo: str) -> int:
+        """The sum of the sizes of the files `repo` holds: what its quota limits."""
 
     def trash_files(self, repo: str, files: list[str] | None, now: int) -> int:
         """Move the repo's repo_files rows of `files` (None: all of them) and their repo_oids rows

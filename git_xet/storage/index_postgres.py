@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..core.xorb import XorbLayout
-from .errors import Conflict, Misconfigured, Unavailable
+from .errors import Conflict, Misconfigured, quota_exceeded, Unavailable
 from .index_base import COLUMNS, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 
 log = logging.getLogger("git_xet.storage")
@@ -92,6 +92,8 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection], None], ...], ...] =
     CREATE INDEX repo_files_by_file ON repo_files (file);
     CREATE INDEX repo_shards_by_id ON repo_shards (id);
     """,),
+    # 6: per-repository quotas (logical bytes); no row, no limit.
+    ("CREATE TABLE quotas (repo TEXT PRIMARY KEY, max_bytes BIGINT NOT NULL)",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _MIGRATION_LOCK = 0x67697478  # advisory lock key held while migrating ("gitx")
@@ -138,6 +140,27 @@ def _unregister_file(conn: psycopg.Connection, file_hex: str, used: list[str]) -
         if removed:
             conn.execute("DELETE FROM xorb_refs WHERE xorb = ANY(%s) AND file = %s", (used, file_hex))
         return removed
+
+
+def _logical_bytes(conn: psycopg.Connection, repo: str) -> int:
+    row = conn.execute("SELECT coalesce(sum(f.size), 0) FROM repo_files r JOIN files f ON f.hash = r.file WHERE r.repo = %s", (repo,)).fetchone()
+    return int(_only_value(row))
+
+
+def _check_quota(conn: psycopg.Connection, shard: ShardRegistration) -> None:
+    """QuotaExceeded if the shard's files new to its repo take it past its quota. Registrations
+    into a repo with a quota queue on a transaction advisory lock of the repo (seed 2), so two
+    replicas cannot both pass the check with room for one."""
+    row = conn.execute("SELECT max_bytes FROM quotas WHERE repo = %s", (shard.repo,)).fetchone()
+    if row is None:
+        return
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", (shard.repo,))
+    new = {f.file_hex: f.size for f in shard.files}
+    held = {r[0] for r in conn.execute("SELECT file FROM repo_files WHERE repo = %s AND file = ANY(%s)", (shard.repo, list(new))).fetchall()}
+    adding = sum(size for file_hex, size in new.items() if file_hex not in held)
+    used = _logical_bytes(conn, shard.repo)
+    if adding and used + adding > row[0]:
+        raise quota_exceeded(shard.repo, row[0], used, adding)
 
 
 class PostgresIndex:
@@ -332,6 +355,7 @@ class PostgresIndex:
                 cur = conn.execute("INSERT INTO repo_shards VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1", (shard.repo, shard.shard_id))
                 if cur.fetchone() is None:
                     return False  # this repo registered the shard before (or a racing replica just did)
+                _check_quota(conn, shard)
                 # Hold the xorbs the files use against gc until we commit (and see that none went).
                 present = conn.execute("SELECT hash FROM xorbs WHERE hash = ANY(%s) ORDER BY hash FOR SHARE", (used,)).fetchall()
                 if len(present) != len(used):
@@ -421,6 +445,20 @@ class PostgresIndex:
 
         return self._run(work)
 
+
+    # ------------------------------------------------------------------ quotas
+
+    def set_quota(self, repo: str, max_bytes: int | None) -> None:
+        if max_bytes is None:
+            self._run(lambda conn: conn.execute("DELETE FROM quotas WHERE repo = %s", (repo,)))
+        else:
+            self._run(lambda conn: conn.execute("INSERT INTO quotas VALUES (%s, %s) ON CONFLICT (repo) DO UPDATE SET max_bytes = EXCLUDED.max_bytes", (repo, max_bytes)))
+
+    def quotas(self) -> dict[str, int]:
+        return {r: int(b) for r, b in self._run(lambda conn: conn.execute("SELECT repo, max_bytes FROM quotas ORDER BY repo").fetchall())}
+
+    def logical_bytes(self, repo: str) -> int:
+        return self._run(lambda conn: _logical_bytes(conn, repo))
 
     # ------------------------------------------------------------------ deletion with retention
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..core.xorb import XorbLayout
 from ..platform.locks import lock_range, opening_lock, unlock_range
-from .errors import Conflict, Misconfigured, read_only_store
+from .errors import Conflict, Misconfigured, quota_exceeded, read_only_store
 from .index_base import COLUMNS, DEFAULT_REPO, TABLES, LockRecord, NewXorb, ShardRegistration, StoredFile, layout_from_row, layout_row, pack_terms, unpack_terms, xorbs_of
 from .sqlite_file import SqliteFile
 
@@ -97,14 +97,18 @@ CREATE TABLE IF NOT EXISTS trash (        -- deleted repo_files ('' oid) and rep
     PRIMARY KEY (repo, file, oid)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS trash_by_file ON trash (file);
+CREATE TABLE IF NOT EXISTS quotas (       -- the most logical bytes a repo may hold (no row: no limit)
+    repo TEXT PRIMARY KEY,
+    max_bytes INTEGER NOT NULL
+);
 CREATE INDEX IF NOT EXISTS repo_files_by_file ON repo_files (file);
 CREATE INDEX IF NOT EXISTS repo_shards_by_id ON repo_shards (id);
 """
 
-SCHEMA_VERSION = 5  # 4: locks; 5: the trash table (repository deletion with retention)
-# A read-only copy of a version 3 or 4 index (a snapshot of a store from before locks or the
-# trash) is served as it is: those versions only lack tables, and a read-only store has no locks
-# to show and nothing in its trash.
+SCHEMA_VERSION = 6  # 4: locks; 5: the trash table (repository deletion with retention); 6: quotas
+# A read-only copy of a version 3 to 5 index (a snapshot of a store from before locks, the trash
+# or quotas) is served as it is: those versions only lack tables, and a read-only store has no
+# locks to show, nothing in its trash and takes no pushes.
 _OLDEST_READABLE = 3
 # Stripes of xorb_writer_lock: writers of two xorbs wait for each other only when their
 # hashes share a first byte, and then only for an object write.
@@ -134,6 +138,24 @@ def _insert_xorb(db: sqlite3.Connection, xorb: NewXorb) -> bool:
     return True
 
 
+def _logical_bytes(db: sqlite3.Connection, repo: str) -> int:
+    return int(db.execute("SELECT coalesce(sum(f.size), 0) FROM repo_files r JOIN files f ON f.hash = r.file WHERE r.repo = ?", (repo,)).fetchone()[0])
+
+
+def _check_quota(db: sqlite3.Connection, shard: ShardRegistration) -> None:
+    """QuotaExceeded if the shard's files new to its repo take it past its quota (O(files of
+    the repo) when it has one, nothing otherwise)."""
+    row = db.execute("SELECT max_bytes FROM quotas WHERE repo = ?", (shard.repo,)).fetchone()
+    if row is None:
+        return
+    new = {f.file_hex: f.size for f in shard.files}
+    held = "SELECT 1 FROM repo_files WHERE repo = ? AND file = ?"
+    adding = sum(size for file_hex, size in new.items() if db.execute(held, (shard.repo, file_hex)).fetchone() is None)
+    used = _logical_bytes(db, shard.repo)
+    if adding and used + adding > row[0]:
+        raise quota_exceeded(shard.repo, row[0], used, adding)
+
+
 class SqliteIndex:
     """MetadataIndex in one SQLite file. Thread-safe: reads on one connection per thread,
     writes on one shared by all (under the write lock)."""
@@ -146,7 +168,7 @@ class SqliteIndex:
         self._xorb_stripes = [threading.Lock() for _ in range(XORB_LOCK_STRIPES)]
         self._xorb_lock_fd: int | None = None
         self._xorb_lock_file_opening = threading.Lock()
-        self._has_locks = True
+        self._has_locks = self._has_quotas = True
         if read_only:
             self._check_current()
             return
@@ -159,6 +181,7 @@ class SqliteIndex:
     def _check_current(self) -> None:
         version = self._connection().execute("PRAGMA user_version").fetchone()[0]
         self._has_locks = version >= 4
+        self._has_quotas = version >= 6
         if not _OLDEST_READABLE <= version <= SCHEMA_VERSION:
             newer = "a newer git-xet: upgrade git-xet" if version > SCHEMA_VERSION else "an older git-xet: open it once with write access to migrate it"
             raise Misconfigured(f"{self.path} (index version {version}) is read-only here and was written by {newer}")
@@ -289,6 +312,7 @@ class SqliteIndex:
             if db.execute("SELECT 1 FROM repo_shards WHERE repo = ? AND id = ?", (shard.repo, shard.shard_id)).fetchone():
                 return False
             db.execute("INSERT INTO repo_shards VALUES (?, ?)", (shard.repo, shard.shard_id))
+            _check_quota(db, shard)  # under the write lock: no other registration between check and insert
             used = sorted({x for f in shard.files for x in xorbs_of(f.terms)})
             for xorb_hex in used:  # gc may have collected one since CasStore checked (we hold the write lock now)
                 if db.execute("SELECT 1 FROM xorbs WHERE hash = ?", (xorb_hex,)).fetchone() is None:
@@ -361,6 +385,23 @@ class SqliteIndex:
                 return lock, False
             db.execute("DELETE FROM locks WHERE id = ?", (lock_id,))
         return lock, True
+
+    # ------------------------------------------------------------------ quotas
+
+    def set_quota(self, repo: str, max_bytes: int | None) -> None:
+        with self._db() as db:
+            if max_bytes is None:
+                db.execute("DELETE FROM quotas WHERE repo = ?", (repo,))
+            else:
+                db.execute("INSERT INTO quotas VALUES (?, ?) ON CONFLICT (repo) DO UPDATE SET max_bytes = excluded.max_bytes", (repo, max_bytes))
+
+    def quotas(self) -> dict[str, int]:
+        if not self._has_quotas:
+            return {}
+        return dict(self._connection().execute("SELECT repo, max_bytes FROM quotas ORDER BY repo").fetchall())
+
+    def logical_bytes(self, repo: str) -> int:
+        return _logical_bytes(self._connection(), repo)
 
     # ------------------------------------------------------------------ deletion with retention
 

@@ -32,7 +32,7 @@ from git_xet.core.constants import MAX_CHUNK_SIZE
 from git_xet.core.xorb import XorbLayout, verify_xorb
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.storage.cas_store import CasStore
-from git_xet.storage.errors import Conflict, Misconfigured
+from git_xet.storage.errors import Conflict, Misconfigured, QuotaExceeded
 from git_xet.storage.index_base import (
     TABLES,
     FileRegistration,
@@ -238,7 +238,7 @@ class Model:
         return len(unmapped)
 
     def stats(self) -> dict[str, int]:
-        counts = (self.xorbs, self.files, self.xorb_refs, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked, self.locks, ())  # trash: the model deletes nothing
+        counts = (self.xorbs, self.files, self.xorb_refs, self.dedup, self.shards, self.repo_files, self.repo_oids, self.repo_shards, self.revoked, self.locks, (), ())  # trash: the model deletes nothing; quotas: it sets none
         return dict(zip(TABLES, map(len, counts)))
 
 
@@ -620,7 +620,7 @@ def test_a_version_1_index_is_upgraded_in_place(make_index) -> None:
                 conn.execute("INSERT INTO repo_oids VALUES ('default', %s, %s)", (OIDS[0], file_hex))
                 conn.execute("INSERT INTO shards VALUES ('s1', 10); INSERT INTO repo_shards VALUES ('default', 's1')")
         upgraded = PostgresIndex(url)
-        assert upgraded.schema_version() == len(MIGRATIONS) == 5
+        assert upgraded.schema_version() == len(MIGRATIONS) == 6
     counts = upgraded.stats()
     assert (counts["xorbs"], counts["files"], counts["xorb_refs"], counts["repo_oids"], counts["repo_shards"]) == (2, 1, 1, 1, 1)
     assert upgraded.file_for_oid("default", OIDS[0]) == file_hex and upgraded.get_file(file_hex).terms == terms
@@ -642,12 +642,14 @@ def test_a_read_only_snapshot_from_before_locks_is_served_without_locks(tmp_path
     with index._db() as db:
         db.execute("DROP TABLE locks")
         db.execute("DROP TABLE trash")  # (version 5)
+        db.execute("DROP TABLE quotas")  # (version 6)
         db.execute("PRAGMA user_version = 3")
     index.close()
     snapshot = SqliteIndex(tmp_path / "index.sqlite", read_only=True)
     assert snapshot.revoked_token_ids() == {"t1"} and snapshot.find_locks("default") == []
     assert snapshot.stats()["locks"] == 0 and list(snapshot.export_rows("locks")) == []
     assert snapshot.stats()["trash"] == 0 and list(snapshot.export_rows("trash")) == []
+    assert snapshot.quotas() == {} and list(snapshot.export_rows("quotas")) == []
     snapshot.close()
     migrated = SqliteIndex(tmp_path / "index.sqlite")
     lock = LockRecord("l1", "default", "a.bin", "alice", None, 1)
@@ -667,6 +669,85 @@ def test_a_shard_kept_in_its_row_reads_back(make_index) -> None:
     index.close()
 
 
+def test_a_quota_refuses_exactly_the_registrations_past_it(make_index) -> None:
+    """Against a model: a shard registers iff the sizes of its files new to the repo fit in the
+    quota beside what the repo holds (files it holds, and repeats within the shard, count once);
+    a refused one changes nothing; other repos are not limited; removing the quota lifts it."""
+    index = make_index()
+    for i, x in enumerate(XORBS):
+        index.add_xorb(XorbLayout(x, (CHUNKS[i],), (1008,), (1000,)), 1008)
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        quota=st.integers(0, 6000),
+        shards=st.lists(st.lists(st.tuples(st.integers(0, len(FILES) - 1), st.integers(1, 2500)), min_size=1, max_size=3), min_size=1, max_size=5),
+    )
+    def run(quota: int, shards: list[list[tuple[int, int]]]) -> None:
+        _clear(index)
+        for i, x in enumerate(XORBS):
+            index.add_xorb(XorbLayout(x, (CHUNKS[i],), (1008,), (1000,)), 1008)
+        index.set_quota(REPOS[0], quota)
+        assert index.quotas() == {REPOS[0]: quota}
+        held: dict[str, int] = {}
+        sizes: dict[str, int] = {}  # a file's size is its first registration's (first writer wins)
+        for n, picks in enumerate(shards):
+            files = tuple(
+                FileRegistration(FILES[f], sizes.setdefault(FILES[f], size), (FileTerm(XORBS[f % len(XORBS)], 1000, 0, 1),), None, None) for f, size in picks
+            )
+            new = {f.file_hex: f.size for f in files if f.file_hex not in held}
+            fits = not new or sum(held.values()) + sum(new.values()) <= quota
+            before = index.stats()
+            for repo in REPOS[:2]:
+                registration = ShardRegistration(f"s{n}", 10, repo, files)
+                if repo == REPOS[0] and not fits:
+                    with pytest.raises(QuotaExceeded) as refused:
+                        index.register_shard(registration)
+                    assert (refused.value.quota, refused.value.used, refused.value.adding) == (quota, sum(held.values()), sum(new.values()))
+                    assert index.stats() == before
+                else:
+                    assert index.register_shard(registration)
+            if fits:
+                held.update(new)
+            assert index.logical_bytes(REPOS[0]) == sum(held.values()) <= quota
+        index.set_quota(REPOS[0], None)
+        assert index.quotas() == {}
+        big = FileRegistration(FILES[-1], 10**9, (FileTerm(XORBS[0], 1000, 0, 1),), None, None)
+        assert index.register_shard(ShardRegistration("big", 10, REPOS[0], (big,)))
+
+    run()
+
+
+@pytest.mark.parametrize("writers", [2, 6])
+def test_racing_registrations_never_pass_the_quota(make_index, writers: int) -> None:
+    """Writers registering different files into one repo at once (threads with their own
+    connections; for PostgreSQL, as replicas would): as many fit as the quota has room for,
+    never more, and the refused ones record nothing."""
+    index = make_index()
+    index.add_xorb(XorbLayout(XORBS[0], (CHUNKS[0],), (1008,), (1000,)), 1008)
+    index.set_quota(REPOS[0], 1000 * (writers // 2) + 500)
+    names = [hashlib.sha256(b"racer %d" % i).hexdigest() for i in range(writers)]
+    start = threading.Barrier(writers)
+    outcome: dict[int, str] = {}
+
+    def register(i: int) -> None:
+        files = (FileRegistration(names[i], 1000, (FileTerm(XORBS[0], 1000, 0, 1),), None, None),)
+        start.wait()
+        try:
+            index.register_shard(ShardRegistration(f"race{i}", 10, REPOS[0], files))
+            outcome[i] = "registered"
+        except QuotaExceeded:
+            outcome[i] = "refused"
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(outcome.values()) == ["refused"] * (writers - writers // 2) + ["registered"] * (writers // 2)
+    assert index.logical_bytes(REPOS[0]) == 1000 * (writers // 2)
+    assert sorted(r[1] for r in index.export_rows("repo_files")) == sorted(names[i] for i, o in outcome.items() if o == "registered")
+
+
 def test_copy_index_between_implementations(postgres: Postgres, tmp_path: Path) -> None:
     """Rows copied from SQLite into PostgreSQL and from there into a new SQLite file arrive
     unchanged, in several batches per table."""
@@ -678,6 +759,10 @@ def test_copy_index_between_implementations(postgres: Postgres, tmp_path: Path) 
         body = b"shard %d" % i if i else None  # kept in its row, or (s0) an object
         source.register_shard(ShardRegistration(f"s{i}", 10 + i, REPOS[i % 2], files, ((CHUNKS[i], _hex(XORBS[i])),), body))
     source.revoke_token("t", 5)
+    source.create_lock(LockRecord("l1", REPOS[0], "a.bin", "alice", "refs/heads/main", 7))
+    source.set_quota(REPOS[1], 12345)
+    source.trash_files(REPOS[0], [FILES[0]], 9)  # a trash row for the file, one for its oid
+    assert all(source.stats()[t] for t in TABLES), "every table has a row to copy"
     middle = PostgresIndex(postgres.create_database(f"copy_{next(_names)}"))
     target = SqliteIndex(tmp_path / "target.sqlite")
     assert copy_index(source, middle, batch=2) == source.stats() == middle.stats()

@@ -53,6 +53,13 @@ def _total(values: dict[str, float], prefix: str, **labels: str) -> float:
     return sum(v for name, v in values.items() if name.split("{")[0] == prefix and all(w in name for w in wanted))
 
 
+def _lock(server: RunningServer, repo: str, path: str, token: str) -> str:
+    """Take a Git LFS lock as the user of `token`; its id."""
+    answer = httpx.post(f"{server.url}/{repo}.git/info/lfs/locks", json={"path": path}, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["lock"]["id"])
+
+
 def _push(server: RunningServer, files: list[bytes], repo: str = "default") -> None:
     backend = HttpCasBackend(server.url, StaticToken(server.token("write", repo=repo)), policy=FAST_RETRY)
     with Uploader(backend, global_dedup=False) as up:
@@ -100,6 +107,14 @@ def test_metrics_and_admin_refuse_strangers(tmp_path: Path) -> None:
         answer = httpx.post(f"{server.url}/admin/revoke", data={"token": user_token, "csrf": "x"}, headers={"Authorization": f"Bearer {user_token}"}, timeout=10)
         assert answer.status_code == 401
         assert httpx.get(f"{server.url}/admin/api/summary", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10).json()["revoked_tokens"] == revoked_before
+        # Nor force an unlock of another user's lock through the page's form; nor can the admin's
+        # browser be made to post one from another site (no page value): the lock stays.
+        lock_id = _lock(server, "default", "held.bin", server.token("write"))
+        form = {"repo": "default", "id": lock_id, "csrf": "x"}
+        assert httpx.post(f"{server.url}/admin/unlock", data=form, headers={"Authorization": f"Bearer {user_token}"}, timeout=10).status_code == 401
+        assert httpx.post(f"{server.url}/admin/unlock", data=form, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10).status_code == 403
+        summary = httpx.get(f"{server.url}/admin/api/summary", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10).json()
+        assert [lock["id"] for lock in summary["locks"]] == [lock_id]
     with running_server(tmp_path / "off") as server:  # no admin token configured: off
         assert httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10).status_code == 403
 
@@ -145,6 +160,10 @@ def test_admin_page_in_a_browser(tmp_path: Path, index_args: list[str]) -> None:
         shared = random_bytes(300_000, 11)
         _push(server, [shared, random_bytes(90_000, 12)], repo="team/alpha")
         _push(server, [shared], repo="team/beta")
+        lock_holder = server.token("write", repo="team/alpha")
+        lock_ids = [_lock(server, "team/alpha", path, lock_holder) for path in ("art/hero.psd", "art/map.psd")]
+        quota = httpx.post(f"{server.url}/admin/api/repos/quota", json={"repo": "team/alpha", "max_bytes": 10**9}, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+        assert quota.status_code == 200
         victim = server.token("read", repo="team/beta")
         victim_id = httpx.get(f"{server.url}/v1/reconstructions/{'0' * 64}", headers={"Authorization": f"Bearer {victim}"}, timeout=10)
         assert victim_id.status_code == 404  # accepted: the file is simply not there
@@ -171,6 +190,15 @@ def test_admin_page_in_a_browser(tmp_path: Path, index_args: list[str]) -> None:
                 assert page.locator("#pushes tr").count() == 1 + len(api["pushes"]) >= 3
                 assert page.locator("#storage-chart polyline").count() == 1
                 page.screenshot(path=str(tmp_path / "admin.png"), full_page=True)
+                # Locks: the page lists what the API lists; a forced unlock releases exactly one.
+                listed = httpx.get(f"{server.url}/admin/api/locks", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30).json()["locks"]
+                assert sorted(page.locator("#locks tr[data-lock]").evaluate_all("rows => rows.map(r => r.dataset.lock)")) == sorted(x["id"] for x in listed) == sorted(lock_ids)
+                assert page.locator('tr[data-repo="team/alpha"] .quota').get_attribute("data-value") == str(10**9)
+                page.locator(f'tr[data-lock="{lock_ids[0]}"] button').click()
+                page.wait_for_selector("#done")
+                assert "unlocked art/hero.psd in team/alpha" in page.inner_text("#done")
+                assert [x["id"] for x in httpx.get(f"{server.url}/team/alpha.git/info/lfs/locks", headers={"Authorization": f"Bearer {lock_holder}"}, timeout=30).json()["locks"]] == [lock_ids[1]]
+                assert page.locator("#locks tr[data-lock]").count() == 1
                 page.fill("#revoke input[name=token]", victim)
                 page.click("#revoke button")
                 page.wait_for_selector("#done")
