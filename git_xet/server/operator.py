@@ -1,4 +1,4 @@
-"""The operator's routes: /ready for load balancers, and behind the admin token /metrics
+"""The operator's routes: /health and /ready for load balancers, and behind the admin token /metrics
 (Prometheus), /admin (the admin page, admin_page.py) and /admin/api/summary (its figures as JSON).
 
 The admin token is $GIT_XET_ADMIN_TOKEN (at least 16 bytes; give every replica the same one).
@@ -16,7 +16,6 @@ import hmac
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
@@ -28,10 +27,8 @@ from ..storage.usage import repo_usage
 from . import admin_page, metrics
 from .auth import presented_token
 from .errors import RequestRefused
+from .state import ServerState
 from .worker_threads import in_worker
-
-if TYPE_CHECKING:
-    from .app import CasApp
 
 ADMIN_TOKEN_ENV = "GIT_XET_ADMIN_TOKEN"
 MIN_ADMIN_TOKEN = 16
@@ -51,9 +48,9 @@ def admin_token() -> bytes | None:
 
 
 class Operator:
-    """Handlers of the operator's routes for one CasApp."""
+    """Handlers of the operator's routes for one ServerState."""
 
-    def __init__(self, app: CasApp, history: History) -> None:
+    def __init__(self, app: ServerState, history: History) -> None:
         self.app = app
         self.history = history
         self.token = admin_token()
@@ -76,6 +73,10 @@ class Operator:
             raise RequestRefused(401, "this route needs the server's admin token")
 
     # ------------------------------------------------------------------ readiness, metrics
+
+    async def health(self, request: Request) -> Response:
+        """Alive: answers without touching the store (/ready checks the index)."""
+        return JSONResponse({"status": "ok"})
 
     async def ready(self, request: Request) -> Response:
         """200 when the index and the object store both answer, else 503 naming which fails."""
@@ -161,6 +162,7 @@ class Operator:
 
 def operator_routes(operator: Operator) -> list[Route]:
     return [
+        Route("/health", operator.health),
         Route("/ready", operator.ready),
         Route("/metrics", operator.metrics),
         Route("/admin", operator.page),

@@ -125,7 +125,7 @@ def test_a_raced_stream_never_records_a_wrong_sha256(
         body = _shard_for(file_xorb, file_digest.file_hash, len(data), poison)
         answer = client.post(f"{server.url}/v1/shards", content=body, headers={**bearer(attacker), UPLOAD_STREAM: stream})
     # Refused: the claim maps no oid (the file itself may be registered under the sha256 the
-    # server computed, listed as refused: see server/app.py shard_result).
+    # server computed, listed as refused: see server/shard_intake.py shard_result).
     refused = answer.status_code == 400 and "does not match its content" in answer.text
     assert refused or (answer.status_code == 200 and answer.json().get("refused_sha256") == [file_hex]), answer.text
 

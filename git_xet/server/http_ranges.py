@@ -1,10 +1,7 @@
-"""HTTP side of reconstructions: the Range header, and signing a plan's fetch URLs."""
+"""The HTTP Range header, as the reconstruction routes and `basic` downloads (file_ranges) read it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..core.reconstruction import Reconstruction
 from .errors import RangeNotSatisfiable
 
 
@@ -33,7 +30,3 @@ def parse_range_header(value: str | None, size: int) -> tuple[int, int]:
         raise ValueError(f"invalid Range header {value!r}")
     return start, min(end, size - 1)
 
-
-def with_signed_urls(plan: Reconstruction, make_url: Callable[[str, int, int], str]) -> Reconstruction:
-    """The plan with each fetch range given its signed URL."""
-    return plan._replace(fetches=tuple(f._replace(url=make_url(f.xorb, f.byte_start, f.byte_end)) for f in plan.fetches))
