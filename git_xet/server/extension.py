@@ -1,8 +1,11 @@
-"""Ours: what a `git xet serve` offers our agent beyond the XET API, for small files.
+"""Ours: what a `git xet serve` offers our agent beyond the XET API, for small files, in our
+own namespace (core/extension.py names the paths and the header):
 
-    POST /v1/xorbs-and-shard -> {"result": 0|1}   (write) a shard and its small xorbs in one body
-                                                  (core/upload_bundle.py)
-    GET  /v1/lfs-objects/{oid}                    (read) a repo's LFS object, whole
+    GET  /git-xet/v1/capabilities        (read) what this server offers, one JSON object
+    POST /git-xet/v1/upload-bundles      (write) a shard and its small xorbs in one body
+    GET  /git-xet/v1/lfs-objects/{oid}   (read) a repo's LFS object, whole
+
+The paths agents of the previous release send are still accepted: see deprecated.py.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core import hashes
+from ..core import extension as names
 from ..core.errors import FormatError
 from ..core.http_headers import FILE_HASH
 from ..core.upload_bundle import parse_bundle
+from .deprecated import deprecated_routes
 from .errors import RequestRefused
 from .shard_intake import parsed_if_small, shard_result
 from .state import ServerState
@@ -30,6 +35,20 @@ class Extension:
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
+        self.offered = names.Capabilities(
+            upload_bundles=True,
+            lfs_objects=True,
+            upload_streams=True,
+            upload_grants=state.config.offers_grants,
+            locks=True,
+            checks_sha256_claims=True,
+        )
+
+    async def capabilities(self, request: Request) -> Response:
+        """What this server offers: asked once per store by our client, instead of trying each
+        route for a 404. Behind a token, as everything about a store is."""
+        await self.state.authorize(request, "read")
+        return JSONResponse(self.offered.to_json(), headers={"Cache-Control": "private, max-age=300"})
 
     async def lfs_object(self, request: Request) -> Response:
         """A Git LFS object of the caller's repo, whole, by its oid (sha256): one round trip
@@ -66,6 +85,8 @@ class Extension:
 
 def extension_routes(ext: Extension) -> list[Route]:
     return [
-        Route("/v1/lfs-objects/{oid}", ext.lfs_object),
-        Route("/v1/xorbs-and-shard", ext.upload_bundle, methods=["POST"]),
+        Route(names.CAPABILITIES, ext.capabilities),
+        Route(names.UPLOAD_BUNDLES, ext.upload_bundle, methods=["POST"]),
+        Route(names.LFS_OBJECTS + "/{oid}", ext.lfs_object),
+        *deprecated_routes(ext.upload_bundle, ext.lfs_object),
     ]

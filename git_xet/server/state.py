@@ -19,13 +19,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..core import hashes
-from ..core.http_headers import UPLOAD_STREAM
 from ..core.xorb import VerifiedXorb
 from ..storage.cas_store import CasStore, StoredFile
 from ..storage.history import History, open_history
 from ..storage.index_base import open_index
 from ..storage.s3 import open_s3_objects
 from .auth import KINDS, Claims, Signer, load_secret, presented_token
+from .deprecated import upload_stream_header
 from .errors import RequestRefused
 from .http_io import DEFAULT_IDLE_TIMEOUT, PacedStreamingResponse, read_body
 from .shard_intake import ShardIntake
@@ -116,9 +116,9 @@ class ServerState:
 
     @staticmethod
     def upload_stream(request: Request, claims: Claims) -> StreamRef | None:
-        """The request's X-Xet-Upload-Stream, if any (see upload_streams: our client's;
+        """The request's X-Git-Xet-Upload-Stream, if any (see upload_streams: our client's;
         malformed ones are ignored, as unknown headers are)."""
-        parsed = parse_header(request.headers.get(UPLOAD_STREAM))
+        parsed = parse_header(upload_stream_header(request.headers))
         if parsed is None:
             return None
         stream_id, seq = parsed

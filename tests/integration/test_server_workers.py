@@ -61,7 +61,7 @@ def _push_and_read_back(server: RunningServer, files: list[bytes]) -> None:
     token = server.token("write")
 
     def push(share: list[int]) -> dict[int, str]:
-        backend = HttpCasBackend(server.url, StaticToken(token), policy=FAST_RETRY, bundles=True)
+        backend = HttpCasBackend(server.url, StaticToken(token), policy=FAST_RETRY, extension=True)
         pushed = {}
         with Uploader(backend, global_dedup=False) as up:
             for i in share:

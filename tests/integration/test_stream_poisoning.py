@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from git_xet.core import hashes, shard, xorb
-from git_xet.core.http_headers import UPLOAD_STREAM, bearer
+from git_xet.core.extension import UPLOAD_STREAM
+from git_xet.core.http_headers import bearer
 from git_xet.storage.cas_store import CasStore
 from tests.support.objects import single_xorb
 from tests.support.server_process import RunningServer, running_server
