@@ -98,10 +98,10 @@ def serve(
 ) -> int:
     import uvicorn
 
-    from .workers import default_workers, run_workers
+    from .workers import DEFAULT_WORKERS, run_workers
 
     if workers is None:
-        workers = default_workers()
+        workers = DEFAULT_WORKERS
 
     if public_url is None and not is_loopback(host):
         # Without it, the Host header of each request would decide where clients are sent.
