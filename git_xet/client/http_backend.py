@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 from .. import __version__
 from ..core.checksums import crc64nvme, crc64nvme_of_parts
 from ..core.errors import FormatError
+from ..core.extension import LFS_OBJECTS, UPLOAD_BUNDLES, UPLOAD_STREAM
 from ..core.hashes import hash_to_hex, hex_to_hash
-from ..core import extension
 from ..core.http_headers import REFUSED_SHA256, SESSION_ID, bearer, new_session_id
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, parts_of
@@ -195,7 +195,7 @@ class HttpCasBackend:
         takes upload streams; else no header."""
         if value is None or not self.capabilities.get().upload_streams:
             return None
-        return {extension.UPLOAD_STREAM: value}
+        return {UPLOAD_STREAM: value}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -332,14 +332,14 @@ class HttpCasBackend:
         return self._read_shard_frames(resp.text)
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
-        """One upload bundle (core/extension.UPLOAD_BUNDLES) where the server takes them and
+        """One upload bundle (core/extension.py) where the server takes them and
         they fit one (small xorbs, each posted directly anyway), else the usual requests in order."""
         fits = 0 < len(xorbs) <= MAX_BUNDLE_XORBS and all(len(body) < DIRECT_UPLOAD_BELOW for _, body in xorbs)
         if not (fits and self.capabilities.get().upload_bundles):
             return upload_in_order(self, xorbs, shard, stream_id)
         body = pack_bundle([(hex_to_hash(xorb_hex), xorb) for xorb_hex, xorb in xorbs], shard)
         named = self._stream_header(stream_id)
-        resp = self._request("upload of a shard and its xorbs", "POST", extension.UPLOAD_BUNDLES, body=body, headers=named)
+        resp = self._request("upload of a shard and its xorbs", "POST", UPLOAD_BUNDLES, body=body, headers=named)
         try:
             answer = resp.json()
             inserted = int(answer["result"]) == 1
@@ -387,12 +387,12 @@ class HttpCasBackend:
 
     def lfs_object(self, oid: str, size: int) -> bytes | None:
         """The whole LFS object `oid` of `size` bytes in one request to a `git xet serve`
-        (core/extension.LFS_OBJECTS): for small files, one round trip instead of three. None
+        (core/extension.py): for small files, one round trip instead of three. None
         when this server does not offer it or has no such object (the caller then asks the
         usual way, which gives the definitive answer). The caller checks the sha256."""
         if not self.capabilities.get().lfs_objects:
             return None
-        resp = self._request(f"download of {oid[:12]}", "GET", f"{extension.LFS_OBJECTS}/{oid}", ok=(200, 404), answer_limit=size)
+        resp = self._request(f"download of {oid[:12]}", "GET", f"{LFS_OBJECTS}/{oid}", ok=(200, 404), answer_limit=size)
         if resp.status_code == 404:
             return None
         if len(resp.content) != size:

@@ -1,9 +1,9 @@
 """What every route module of the server shares: its configuration, and one ServerState per
 process holding the store, the signer, token checks and the upload machinery.
 
-The route modules (cas_api, extension, grants, hub, locks, operator) take a ServerState and
-import this module; it imports none of them, so no route module and the assembly (app.py) need
-each other.
+The route modules take a ServerState (cas_api, extension, grants, operator import this module;
+hub and locks name what they use by its shape, hub.HubHost). It imports none of them, so the
+route modules and the assembly (app.py) form no import circle.
 """
 
 from __future__ import annotations
