@@ -1,5 +1,5 @@
-"""The XET CAS API, with paths exactly as hf-xet calls them (each also under /api where the
-draft spells them so):
+"""The XET CAS API, with paths exactly as hf-xet calls them (v1 reconstructions, xorbs, shards
+and chunks also under /api, as the draft spells them):
 
     GET  /v1/reconstructions/{file}, /v2/reconstructions/{file}     (read)
     GET  /v1/xorb-data/{xorb}?r=a-b&exp=..&sig=..                   (signed URL, no token)
