@@ -17,8 +17,7 @@ without the route (the Hub's CAS, an older server) answers 404, which means "not
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 PREFIX = "/git-xet/v1"
 CAPABILITIES = f"{PREFIX}/capabilities"
@@ -27,10 +26,10 @@ LFS_OBJECTS = f"{PREFIX}/lfs-objects"  # + "/{oid}"
 UPLOAD_STREAM = "X-Git-Xet-Upload-Stream"
 
 
-@dataclass(frozen=True)
-class Capabilities:
+class Capabilities(NamedTuple):
     """What a server offers of our extension. Each field is a yes/no; keys a client does not
-    know are ignored and missing ones mean "no", so either side may add one."""
+    know are ignored and missing ones mean "no", so either side may add one. (A NamedTuple: the
+    agent imports no dataclasses, tests/unit/test_agent_imports.py.)"""
 
     upload_bundles: bool = False
     lfs_objects: bool = False
@@ -41,11 +40,11 @@ class Capabilities:
     checks_sha256_claims: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"extension": "git-xet", "version": 1, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return {"extension": "git-xet", "version": 1, **self._asdict()}
 
     @classmethod
     def from_json(cls, answer: object) -> Capabilities:
         """The capabilities a server's answer lists; none for an answer of another shape."""
         if not isinstance(answer, dict) or answer.get("extension") != "git-xet":
             return cls()
-        return cls(**{f.name: answer.get(f.name) is True for f in fields(cls)})
+        return cls(**{name: answer.get(name) is True for name in cls._fields})

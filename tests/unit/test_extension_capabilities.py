@@ -4,14 +4,12 @@ value other than true means no, and another extension's answer means none."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from git_xet.core.extension import Capabilities
 
-NAMES = [f.name for f in fields(Capabilities)]
+NAMES = list(Capabilities._fields)
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8), lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
 
 
