@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, timed, write_json
 
 from tests.support.gitenv import agent_peak_rss, make_git_env, record_agent_rss
-from git_xet.server.workers import default_workers
+from git_xet.server.workers import DEFAULT_WORKERS
 from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
@@ -65,7 +65,7 @@ def tool_remote(tool: str, root: Path, genv, agent_rss: Path | None, server_work
     request log, its process id and, for git-xet, its URL and a read token (for the ranged
     basic baseline)."""
     if tool == "git-xet":
-        with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
+        with running_server(root / "server" / "data", "--workers", str(server_workers or DEFAULT_WORKERS)) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             if agent_rss is not None:
@@ -149,7 +149,7 @@ def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_r
                 shutil.rmtree(root, ignore_errors=True)
     summary: dict = {
         "files": files, "file_mib": file_mib, "repeats": repeats, "clones": clones, "agent_rss": agent_rss,
-        "server_workers": server_workers or default_workers(), "machine": machine(), "tools": {},
+        "server_workers": server_workers or DEFAULT_WORKERS, "machine": machine(), "tools": {},
     }  # fmt: skip
     summary["tools"] = {tool: phase_medians(runs) for tool, runs in results.items()}
     return summary
@@ -198,7 +198,7 @@ def main() -> int:
     parser.add_argument("--clones", type=int, default=1, help="clones per repeat and tool, each into a fresh directory (default %(default)s)")
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--agent-rss", action="store_true", help="record each agent's peak RSS (adds a wrapper process per agent)")
-    parser.add_argument("--server-workers", type=int, default=default_workers(), help="git xet serve --workers (default: its default, %(default)s here)")
+    parser.add_argument("--server-workers", type=int, default=DEFAULT_WORKERS, help="git xet serve --workers (default: its default, %(default)s here)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tools = tuple(t for t in args.tools.split(",") if t)

@@ -53,7 +53,7 @@ from common import children_cpu, lfs_repo_with, machine, median, process_cpu, ti
 from git_e2e import plain_lfs_server
 
 from tests.support.gitenv import GitEnv, make_git_env
-from git_xet.server.workers import default_workers
+from git_xet.server.workers import DEFAULT_WORKERS
 from tests.support.server_process import running_server
 
 TOOLS = ("git-lfs", "git-xet", "git-xet-local", "git-xet-native")
@@ -67,12 +67,12 @@ def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None =
     """Configure `genv` for `tool`'s remote (`basic_options`: lfs_basic_server.py's); yields the
     server's pid (None: no server)."""
     if tool == "git-xet":
-        with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
+        with running_server(root / "server" / "data", "--workers", str(server_workers or DEFAULT_WORKERS)) as srv:
             genv.git_xet("install", "--standalone", srv.url)
             genv.git("config", "--global", "xet.token", srv.token("write"))
             yield srv.process.pid
     elif tool == "git-xet-native":  # `install --native`: our agent's own LFS batch calls to the server's Hub emulation
-        with running_server(root / "server" / "data", "--workers", str(server_workers or default_workers())) as srv:
+        with running_server(root / "server" / "data", "--workers", str(server_workers or DEFAULT_WORKERS)) as srv:
             genv.git_xet("install", "--native", srv.url)
             token = srv.token("write", repo="bench/many")
             genv.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
@@ -192,7 +192,7 @@ def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int | 
                     run_root = sessions[tool].root / f"round-{r}"
                     results[tool].append(run_round(sessions[tool], run_root, sources))
                     shutil.rmtree(run_root, ignore_errors=True)  # the repositories; the server, store and cache stay
-    summary: dict = {"files": files, "repeats": repeats, "server_workers": server_workers or default_workers(), "as_before": sorted(before), "machine": machine(), "tools": {}}
+    summary: dict = {"files": files, "repeats": repeats, "server_workers": server_workers or DEFAULT_WORKERS, "as_before": sorted(before), "machine": machine(), "tools": {}}
     for tool, runs in results.items():
         summary["tools"][tool] = {phase: median([run[phase]["seconds"] for run in runs]) for phase in PHASES}
         summary["tools"][tool]["cpu"] = {
@@ -235,7 +235,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tools", default=",".join(DEFAULT_TOOLS), help=f"of {','.join(TOOLS)}")
-    parser.add_argument("--server-workers", type=int, default=default_workers(), help="git xet serve --workers (default: its default, %(default)s here)")
+    parser.add_argument("--server-workers", type=int, default=DEFAULT_WORKERS, help="git xet serve --workers (default: its default, %(default)s here)")
     parser.add_argument("--as-before", default="", metavar="FACTORS", help=f"what the bench did before, factor by factor ({', '.join(FACTORS)}) or all")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -132,7 +132,7 @@ def _startup() -> tuple[float, float, float]:
     return agent, first_answer, time.perf_counter() - t
 
 
-SHARD_PATHS = ("/v1/shards", "/v2/shards", "/v1/xorbs-and-shard")
+SHARD_PATHS = ("/v1/shards", "/v2/shards", "/git-xet/v1/upload-bundles", "/v1/xorbs-and-shard")
 
 
 def shard_wait_ms(access_log: str) -> float:

@@ -118,7 +118,7 @@ def open_store(location: str, *, token: str | None = None, create: bool = False,
         from .client.http_backend import HttpCasBackend
         from .client.tokens import StaticToken
 
-        http = HttpCasBackend(where.location, StaticToken(token if token is not None else os.environ.get("GIT_XET_TOKEN")), bundles=True)
+        http = HttpCasBackend(where.location, StaticToken(token if token is not None else os.environ.get("GIT_XET_TOKEN")), extension=True)
         return Store(where, http, http.close, cache_root)
     # where.kind == "s3"
     from .client.bucket_backend import BucketBackend, create_bucket_store, open_bucket_objects

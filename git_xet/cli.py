@@ -618,8 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=_at_least_one,
         default=None,
-        help="server processes sharing the port, each with its own Python interpreter: pushes of many small files go "
-        "faster with more (default 2, or 1 on a single core)",
+        help="server processes sharing the port, each with its own Python interpreter (default 1): pushes of many small "
+        "files go faster with more, if the machine has the cores; see docs/server.md",
     )
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_cmd_serve)

@@ -168,8 +168,8 @@ class StoreRouter:
 
     def small_object(self, req: Transfer) -> bytes | None:
         """A small download from a standalone `git xet serve`, whole, in one request (its
-        `/v1/lfs-objects/{oid}`), or None: another kind of store, a larger object, or a server
-        that does not answer it (then route() as usual). The caller checks the sha256."""
+        core/extension.LFS_OBJECTS), or None: another kind of store, a larger object, or a server
+        that does not offer it (then route() as usual). The caller checks the sha256."""
         if req.operation != "download" or req.action is not None or req.size >= WHOLE_DOWNLOAD_BELOW or configured_endpoint() is None:
             return None
         target = self._standalone_target()
@@ -227,7 +227,7 @@ class StoreRouter:
                 from ..client.http_backend import HttpCasBackend
                 from ..client.tokens import StaticToken
 
-                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), bundles=True, checks_sha256_claims=True)  # a git xet serve
+                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), extension=True, checks_sha256_claims=True)  # a git xet serve
             self._backends[key] = backend
         return backend
 

@@ -62,7 +62,7 @@ FOOTER_GUESS = 256 * 1024  # one suffix GET holds the footer of a xorb of up to 
 # The most a reader allocates for each kind of object: anyone who can write the bucket can
 # store anything under any key, so a length is checked against what the format allows first.
 MAX_NAME_BYTES = 1024  # lfs/, files/, dedup/ values: one 64-hex hash
-MAX_SHARD_BYTES = 64 * 1024 * 1024  # as a server takes (server/app.py MAX_SHARD_BODY)
+MAX_SHARD_BYTES = 64 * 1024 * 1024  # as a server takes (server/cas_api.py MAX_SHARD_BODY)
 MAX_FOOTER_BYTES = 1024 + 48 * MAX_XORB_CHUNKS  # 40 bytes per chunk, plus headers
 MAX_STORED_XORB_BYTES = MAX_XORB_BODY_BYTES + MAX_FOOTER_BYTES
 T = TypeVar("T")

@@ -11,14 +11,16 @@ from typing import Any, NamedTuple
 from .. import __version__
 from ..core.checksums import crc64nvme, crc64nvme_of_parts
 from ..core.errors import FormatError
+from ..core.extension import LFS_OBJECTS, UPLOAD_BUNDLES, UPLOAD_STREAM
 from ..core.hashes import hash_to_hex, hex_to_hash
-from ..core.http_headers import REFUSED_SHA256, UPLOAD_STREAM, bearer, new_session_id
+from ..core.http_headers import REFUSED_SHA256, bearer, new_session_id
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, parts_of
 from ..core.shard import Shard, parse_shard
 from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from ..platform.memory import xorb_range_windows
 from .backend import UploadStream, upload_in_order
+from .capabilities import ServerCapabilities
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
 from .http_errors import status_error
 from .lfs_batch import batch_one
@@ -75,11 +77,6 @@ class _Grant(NamedTuple):
         if not grant.url.startswith(("https://", "http://")) or not grant.id.replace("-", "").replace("_", "").isalnum():
             raise TransferError("the server granted an upload to an unusable URL or id")
         return grant
-
-
-def _stream_header(value: str | None) -> dict[str, str] | None:
-    """X-Xet-Upload-Stream with `value` (see backend.UploadStream), or no header for None."""
-    return {UPLOAD_STREAM: value} if value is not None else None
 
 
 def timeout_from_env() -> Timeouts:
@@ -146,11 +143,12 @@ class HttpCasBackend:
         session_id: str | None = None,
         policy: RetryPolicy | None = None,
         http: HttpClient | None = None,
-        bundles: bool = False,
+        extension: bool = False,
         checks_sha256_claims: bool = False,
     ) -> None:
-        """`bundles`: the server is a `git xet serve` (standalone mode), so a shard and its
-        small xorbs may go in one request (core/upload_bundle.py); never sent otherwise.
+        """`extension`: the server is a `git xet serve` (standalone mode), so it may offer our
+        extension (core/extension.py: a shard and its small xorbs in one request, small objects
+        whole, upload streams), which it is asked for once; never used otherwise.
         `checks_sha256_claims`: the server is one that verifies a shard's sha256 metadata
         (a `git xet serve`; see XetBackend.checks_sha256_claims).
         `http`: the client to send requests with (the agent's router shares one among its
@@ -167,7 +165,7 @@ class HttpCasBackend:
         self._auth = StoreAuth(self.session_id, self.tokens)  # CAS calls: session id and token
         self._session_only = StoreAuth(self.session_id)  # presigned URLs: the session id alone
         self._grants_offered = True  # until the server answers a grant request with 404
-        self._bundles = bundles  # until the server answers a bundle with 404 (an older server)
+        self.capabilities = ServerCapabilities(lambda path, ok: self._request("capabilities request", "GET", path, ok=ok), asked=extension)
         self._checks_sha256_claims = checks_sha256_claims
 
     def close(self) -> None:
@@ -182,6 +180,13 @@ class HttpCasBackend:
     @property
     def checks_sha256_claims(self) -> bool:
         return self._checks_sha256_claims
+
+    def _stream_header(self, value: str | None) -> dict[str, str] | None:
+        """X-Git-Xet-Upload-Stream with `value` (see backend.UploadStream), where the server
+        takes upload streams; else no header."""
+        if value is None or not self.capabilities.get().upload_streams:
+            return None
+        return {UPLOAD_STREAM: value}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -226,9 +231,9 @@ class HttpCasBackend:
         """Through an upload grant where the server offers them (as hf-xet >= 1.8 does: the
         bytes may go straight to object storage), else `POST /v1/xorbs`. Xorbs under
         DIRECT_UPLOAD_BELOW bytes are posted directly either way. The requests to the CAS
-        name `stream` (X-Xet-Upload-Stream), never the grant's PUT: a header no server knows
-        is ignored, and a presigned PUT carries exactly the grant's headers."""
-        named = _stream_header(f"{stream.id} {stream.seq}" if stream is not None else None)
+        name `stream` (X-Git-Xet-Upload-Stream) where the server takes it, never the grant's
+        PUT: a presigned PUT carries exactly the grant's headers."""
+        named = self._stream_header(f"{stream.id} {stream.seq}" if stream is not None else None)
         if len(body) >= DIRECT_UPLOAD_BELOW and self._grants_offered and crc64nvme is not None and not _legacy_upload():
             uploaded = self._upload_granted(xorb_hex, body, named)
             if uploaded is not None:
@@ -285,7 +290,7 @@ class HttpCasBackend:
         return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy, self.outage, self.endpoint)
 
     def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
-        named = _stream_header(stream_id)
+        named = self._stream_header(stream_id)
         try:
             resp = self._request("shard upload", "POST", "/v2/shards", body=body, headers=named)
         except TransferError as exc:
@@ -301,18 +306,14 @@ class HttpCasBackend:
         return self._read_shard_frames(resp.text)
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
-        """One `POST /v1/xorbs-and-shard` where this backend may send bundles and they fit
-        one (small xorbs, each posted directly anyway), else the usual requests in order."""
+        """One upload bundle (core/extension.py) where the server takes them and
+        they fit one (small xorbs, each posted directly anyway), else the usual requests in order."""
         fits = 0 < len(xorbs) <= MAX_BUNDLE_XORBS and all(len(body) < DIRECT_UPLOAD_BELOW for _, body in xorbs)
-        if not (self._bundles and fits):
+        if not (fits and self.capabilities.get().upload_bundles):
             return upload_in_order(self, xorbs, shard, stream_id)
         body = pack_bundle([(hex_to_hash(xorb_hex), xorb) for xorb_hex, xorb in xorbs], shard)
-        named = _stream_header(stream_id)
-        resp = self._request("upload of a shard and its xorbs", "POST", "/v1/xorbs-and-shard", body=body, ok=(200, 404), headers=named)
-        if resp.status_code == 404:
-            log.info("the server takes no upload bundles; sending xorbs and shards separately")
-            self._bundles = False
-            return upload_in_order(self, xorbs, shard, stream_id)
+        named = self._stream_header(stream_id)
+        resp = self._request("upload of a shard and its xorbs", "POST", UPLOAD_BUNDLES, body=body, headers=named)
         try:
             answer = resp.json()
             inserted = int(answer["result"]) == 1
@@ -360,10 +361,12 @@ class HttpCasBackend:
 
     def lfs_object(self, oid: str, size: int) -> bytes | None:
         """The whole LFS object `oid` of `size` bytes in one request to a `git xet serve`
-        (`/v1/lfs-objects/{oid}`): for small files, one round trip instead of three. None when
-        this server has no such route or no such object (the caller then asks the usual way,
-        which gives the definitive answer). The caller checks the sha256."""
-        resp = self._request(f"download of {oid[:12]}", "GET", f"/v1/lfs-objects/{oid}", ok=(200, 404), answer_limit=size)
+        (core/extension.py): for small files, one round trip instead of three. None
+        when this server does not offer it or has no such object (the caller then asks the
+        usual way, which gives the definitive answer). The caller checks the sha256."""
+        if not self.capabilities.get().lfs_objects:
+            return None
+        resp = self._request(f"download of {oid[:12]}", "GET", f"{LFS_OBJECTS}/{oid}", ok=(200, 404), answer_limit=size)
         if resp.status_code == 404:
             return None
         if len(resp.content) != size:

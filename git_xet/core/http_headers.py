@@ -16,8 +16,6 @@ ACCESS_TOKEN = "X-Xet-Access-Token"
 TOKEN_EXPIRATION = "X-Xet-Token-Expiration"
 SESSION_ID = "X-Xet-Session-Id"
 FILE_HASH = "X-Xet-Hash"
-# Ours (server/upload_streams.py): "<id> <seq>" on a xorb upload, "<id>" on its shard.
-UPLOAD_STREAM = "X-Xet-Upload-Stream"
 # Ours: the key of a shard upload's answer (its `result` frame) that lists the files (hashes)
 # registered without their sha256 claim, which did not match their content.
 REFUSED_SHA256 = "refused_sha256"

@@ -38,7 +38,7 @@ from .operator import ADMIN_TOKEN_ENV, admin_token
 from .worker_threads import in_worker
 
 if TYPE_CHECKING:
-    from .app import CasApp
+    from .state import ServerState
 
 MAX_BODY = 16 * 1024 * 1024  # a keep list of ~200k oids
 MAX_LOCKS = 10_000
@@ -66,9 +66,9 @@ def _oids(body: dict[str, Any], name: str) -> set[str] | None:
 
 
 class AdminApi:
-    """Handlers of the admin API for one CasApp."""
+    """Handlers of the admin API for one ServerState."""
 
-    def __init__(self, app: CasApp) -> None:
+    def __init__(self, app: ServerState) -> None:
         self.app = app
         self.token = admin_token()
 
@@ -183,7 +183,7 @@ class AdminApi:
         return _answer({"id": token_id})
 
 
-def admin_api_routes(app: CasApp) -> list[Route]:
+def admin_api_routes(app: ServerState) -> list[Route]:
     api = AdminApi(app)
     return [
         Route("/admin/api/usage", api.usage),

@@ -30,7 +30,7 @@ from .errors import RequestRefused
 from .worker_threads import in_worker
 
 if TYPE_CHECKING:
-    from .app import CasApp
+    from .state import ServerState
 
 X_RANGE_DIRTY = "X-Range-Dirty"
 # 2**20 chunks: a file of about 64 GiB. The walk keeps a (hash, size) pair per chunk.
@@ -74,9 +74,9 @@ def answer(
 
 
 class FileChunkHashes:
-    """The route's handler, bound to the server's CasApp (its store and token checks)."""
+    """The route's handler, bound to the server's ServerState (its store and token checks)."""
 
-    def __init__(self, app: CasApp) -> None:
+    def __init__(self, app: ServerState) -> None:
         self.app = app
 
     async def get(self, request: Request) -> Response:
@@ -94,5 +94,5 @@ class FileChunkHashes:
         return JSONResponse(body, headers={"Cache-Control": "private, no-store"})
 
 
-def file_chunk_hashes_routes(app: CasApp) -> list[Route]:
+def file_chunk_hashes_routes(app: ServerState) -> list[Route]:
     return [Route("/v2/file-chunk-hashes/{file}", FileChunkHashes(app).get)]

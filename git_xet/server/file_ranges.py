@@ -19,7 +19,7 @@ from ..storage.cas_store import CasStore, StoredFile
 from ..storage.planning import plan_reconstruction
 from .errors import RangeNotSatisfiable
 from .http_io import PacedStreamingResponse
-from .reconstruction import parse_range_header
+from .http_ranges import parse_range_header
 
 
 def ranged_response(store: CasStore, stored: StoredFile, range_header: str | None, idle_timeout: float, whole: Response) -> Response:

@@ -9,7 +9,7 @@ GRANT_BURST at once), and each repo may have at most STAGED_BYTES_PER_REPO grant
 committed; a grant is released by its commit, else held until its staged object is certainly
 collected. Beyond either: 429 with Retry-After, on which hf-xet and our client wait and retry.
 
-The counts live in this process: each worker (`--workers`, 2 by default) and each replica
+The counts live in this process: each worker (`--workers N`; one by default) and each replica
 keeps its own, so a server's bound is these figures times its worker processes (a fleet-wide
 bound needs a shared counter, e.g. in the index).
 """

@@ -40,11 +40,12 @@ import logging
 import secrets
 import threading
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from ..core.checksums import crc64nvme, crc64nvme_header
 from ..core.reconstruction import MAX_FETCH_RANGE_BYTES
@@ -55,16 +56,15 @@ from ..storage.errors import StorageError
 from ..storage.s3 import MIN_COPY_PART_BYTES
 from .errors import RequestRefused
 from .grant_limits import GrantLimits
+from .state import ServerState
 from .upload_streams import StreamRef
 from .worker_threads import in_worker
 
 if TYPE_CHECKING:
     from ..storage.s3 import S3ObjectStore
-    from .app import CasApp
 
 log = logging.getLogger("git_xet.server")
 
-GrantMode = Literal["auto", "always", "never"]  # when a server offers grants: ServerConfig.offers_grants
 GRANT_TTL = 900  # seconds a grant's URL stays usable (at most: never beyond its token)
 MAX_GRANT_REQUEST = 4096
 # A staged upload older than this was never committed: its URL has expired and clients commit
@@ -85,7 +85,7 @@ def staging_key(xorb: str, grant_id: str) -> str:
 
 
 class Grants:
-    def __init__(self, app: CasApp) -> None:
+    def __init__(self, app: ServerState) -> None:
         self.app = app
         self._key = app.signer.derive_key("xorb-upload-grant")  # its own MAC domain
         self._owner_key = app.signer.derive_key("xorb-upload-grant-owner")
@@ -280,3 +280,11 @@ def _parse_grant_request(body: bytes) -> tuple[int, int]:
     except (ValueError, KeyError, TypeError, AttributeError):
         raise RequestRefused(400, 'a grant request is {"length": <bytes>, "checksum": {"algo": "crc64nvme", "value": "<decimal>"}}') from None
     return length, crc
+
+
+def grant_routes(grants: Grants) -> list[Route]:
+    return [
+        Route("/v1/xorb-grants/{prefix}/{xorb}", grants.grant, methods=["POST"]),
+        Route("/v1/xorb-uploads/{xorb}", grants.put, methods=["PUT"]),
+        Route("/v1/xorb-commits/{prefix}/{xorb}/grant/{grant}", grants.commit, methods=["POST"]),
+    ]

@@ -98,8 +98,8 @@ class HubSettings(Protocol):
 
 
 class HubHost(Protocol):
-    """What the Hub emulation uses of the CAS app. app.CasApp provides it; it is named by its
-    shape because app imports this module."""
+    """What the Hub emulation uses of the CAS app. state.ServerState provides it; it is named
+    by its shape, which is all the emulation needs."""
 
     @property
     def store(self) -> CasStore: ...

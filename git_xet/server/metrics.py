@@ -10,7 +10,7 @@ Two sources:
   and deduplicated bytes, gc runs and bytes freed. Every replica reports the same values.
 
 prometheus-client decides at import whether it runs in multiprocess mode: this module is
-imported only once `serve` has set the directory (CasApp imports it when it is made).
+imported only once `serve` has set the directory (app.create_app imports it).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The operator's routes: /ready for load balancers, and behind the admin token /metrics
+"""The operator's routes: /health and /ready for load balancers, and behind the admin token /metrics
 (Prometheus), /admin (the admin page, admin_page.py: figures, locks with a forced unlock, token
 revocation) and /admin/api/summary (its figures as JSON).
 
@@ -18,7 +18,6 @@ import itertools
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode
 
 from starlette.requests import Request
@@ -31,10 +30,8 @@ from ..storage.usage import repo_usage
 from . import admin_page, metrics
 from .auth import presented_token
 from .errors import RequestRefused
+from .state import ServerState
 from .worker_threads import in_worker
-
-if TYPE_CHECKING:
-    from .app import CasApp
 
 ADMIN_TOKEN_ENV = "GIT_XET_ADMIN_TOKEN"
 MIN_ADMIN_TOKEN = 16
@@ -55,9 +52,9 @@ def admin_token() -> bytes | None:
 
 
 class Operator:
-    """Handlers of the operator's routes for one CasApp."""
+    """Handlers of the operator's routes for one ServerState."""
 
-    def __init__(self, app: CasApp, history: History) -> None:
+    def __init__(self, app: ServerState, history: History) -> None:
         self.app = app
         self.history = history
         self.token = admin_token()
@@ -80,6 +77,10 @@ class Operator:
             raise RequestRefused(401, "this route needs the server's admin token")
 
     # ------------------------------------------------------------------ readiness, metrics
+
+    async def health(self, request: Request) -> Response:
+        """Alive: answers without touching the store (/ready checks the index)."""
+        return JSONResponse({"status": "ok"})
 
     async def ready(self, request: Request) -> Response:
         """200 when the index and the object store both answer, else 503 naming which fails."""
@@ -181,6 +182,7 @@ class Operator:
 
 def operator_routes(operator: Operator) -> list[Route]:
     return [
+        Route("/health", operator.health),
         Route("/ready", operator.ready),
         Route("/metrics", operator.metrics),
         Route("/admin", operator.page),

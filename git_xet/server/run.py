@@ -15,9 +15,9 @@ from starlette.applications import Starlette
 from ..platform.locks import lock_file
 from ..storage.errors import StorageError
 from ..storage.objects import DirectoryObjectStore
-from .app import ServerConfig, create_app
+from .app import create_app
 from .errors import SecretError
-from .grants import GrantMode
+from .state import GrantMode, ServerConfig
 from .http_guard import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES, guarded_protocol
 from .http_io import DEFAULT_IDLE_TIMEOUT
 
@@ -98,10 +98,10 @@ def serve(
 ) -> int:
     import uvicorn
 
-    from .workers import default_workers, run_workers
+    from .workers import DEFAULT_WORKERS, run_workers
 
     if workers is None:
-        workers = default_workers()
+        workers = DEFAULT_WORKERS
 
     if public_url is None and not is_loopback(host):
         # Without it, the Host header of each request would decide where clients are sent.

@@ -3,9 +3,9 @@
 A shard claiming a file's sha256 (its Git LFS oid) is accepted only once the server has
 computed that sha256 from the stored bytes. Done when the shard comes, that pass (~1 s per
 GiB) is the whole end of an upload: the client has sent everything and waits for it. So our
-client numbers the xorbs it uploads between two shards: `X-Xet-Upload-Stream: <id> <seq>`
-on each xorb upload (or its grant, or its commit), `X-Xet-Upload-Stream: <id>` on the
-shard. Here each xorb that a request newly stored is hashed, in `seq` order, while the client
+client numbers the xorbs it uploads between two shards: `X-Git-Xet-Upload-Stream: <id> <seq>`
+on each xorb upload (or its grant, or its commit), `X-Git-Xet-Upload-Stream: <id>` on the
+shard (core/extension.py). Here each xorb that a request newly stored is hashed, in `seq` order, while the client
 goes on uploading: from the request's buffer when it is next in line, else read back from the
 store in a thread of this module's. The shard's registration then continues from that digest
 (cas_store.Sha256Prefix) for a file that begins with those xorbs, whole.

@@ -7,10 +7,18 @@ same socket (the kernel hands each new connection to one of them), sharing the d
 and the index as replicas do (SQLite's and the object store's writers already coordinate across
 processes: the agents of a local store are such processes).
 
-By default there are DEFAULT_WORKERS (fewer on a machine with fewer cores): a push of 1000
-small files took 1.89 s with two and 2.42 s with one on the 2-core reference machine
-(`python bench/many_files.py --server-workers W`). A large file's xorbs then land in either
-worker, and only the shard's worker's own upload stream (upload_streams) shortens its sha256.
+One process serves by default (DEFAULT_WORKERS): then the server's upload streams, grant
+limits (grant_limits) and metrics are all in that process, exact, and a large file's sha256 is
+always hashed while its xorbs arrive. `--workers N` is for pushes of many small files on a
+machine with cores to spare (1000 files: 2.11 s with two, 2.53 s with one on the 2-core
+reference machine, bench/HISTORY.md), at a cost: a large file's xorbs land in either worker and
+only the shard's worker's own upload stream shortens its sha256, each worker counts grants on its
+own, and the metrics go through a multiprocess directory. To scale further, run replicas on one
+shared index (docs/server.md).
+
+Why not uvicorn's own supervisor (`workers=N`): it starts workers with `spawn`, each rebuilding
+the app from an import string and unpickling its config (our protocol class, made per limits,
+does not pickle), and it restarts a worker that died instead of letting the server exit.
 
 The parent only supervises: it forwards SIGTERM and SIGINT to the workers and waits for them.
 A worker that exits on its own (a crash, the out-of-memory killer) stops the others, and the
@@ -29,23 +37,10 @@ import sys
 from collections.abc import Callable
 
 from ..platform.parent_death import die_with_parent
-from ..platform.switch import portable
 
 log = logging.getLogger("git_xet.server")
 
-DEFAULT_WORKERS = 2
-
-
-def default_workers() -> int:
-    """DEFAULT_WORKERS, or the cores this process may run on if fewer; 1 where there is no
-    fork (Windows) or with GIT_XET_PORTABLE=1 (the accelerators off: one process serves)."""
-    if not hasattr(os, "fork") or portable():
-        return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(DEFAULT_WORKERS, cores))
+DEFAULT_WORKERS = 1
 
 
 def run_workers(count: int, serve_one: Callable[[], None], after_fork: Callable[[], None] | None = None) -> int:

@@ -266,8 +266,8 @@ def test_to_a_server_the_oid_is_checked_by_the_server_not_hashed_twice(tmp_path:
         assert wrong["oid"] == oid and f"{other} does not match its oid" in wrong["error"]["message"], stderr
         # Both objects' shards reached the server: the agent had not hashed the wrong one; the
         # server registered its content without the claimed oid and said so (refused_sha256).
-        shards = [line for line in server.log().splitlines() if "shard" in line and '"status": 200' in line]
+        shards = [line for line in server.log().splitlines() if ("/shards" in line or "/upload-bundles" in line) and '"status": 200' in line]
         assert len(shards) == 2, server.log()
         assert good == {"event": "complete", "oid": oid}, stderr
-        resp = httpx.get(f"{server.url}/v1/lfs-objects/{oid}", headers={"Authorization": f"Bearer {server.token('read')}"}, timeout=30)
+        resp = httpx.get(f"{server.url}/git-xet/v1/lfs-objects/{oid}", headers={"Authorization": f"Bearer {server.token('read')}"}, timeout=30)
         assert resp.status_code == 200 and resp.content == data

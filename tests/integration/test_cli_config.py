@@ -335,7 +335,7 @@ def _xorb_bytes_received(srv_log: str, since: int) -> tuple[int, int, int]:
                 continue
             if entry["path"].startswith(("/v1/xorbs/", "/v1/xorb-uploads/")):
                 xorbs += entry["bytes_in"]
-            elif entry["path"] == "/v1/xorbs-and-shard":
+            elif entry["path"] == "/git-xet/v1/upload-bundles":
                 bundles += entry["bytes_in"]
                 count += 1
     return xorbs, bundles, count

@@ -109,7 +109,7 @@ def test_user_guide_push_and_clone_through_a_server(tmp_path: Path) -> None:
         work.mkdir()
         run_block("user-guide.md", "first-push", {"/srv/git": str(genv.root / "git")}, cwd=work, env=env)
         run_block("user-guide.md", "first-clone", {"/srv/git": str(genv.root / "git")}, cwd=work, env=env)
-        assert "/v1/shards" in srv.log() or "xorbs-and-shard" in srv.log()  # the push went to the server
+        assert "/v1/shards" in srv.log() or "upload-bundles" in srv.log()  # the push went to the server
 
 
 # ---------------------------------------------------------------- teams

@@ -126,7 +126,10 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
         port = int(srv.url.rsplit(":", 1)[1])
         # The small file's xorb went with its shard, in one request; the large one's on its own.
         pushed = [r["path"] for r in _requests(srv)]
-        assert pushed.count("/v1/xorbs-and-shard") == 1 and pushed.count("/v2/shards") == 1, pushed
+        assert pushed.count("/git-xet/v1/upload-bundles") == 1 and pushed.count("/v2/shards") == 1, pushed
+        # Capabilities asked once per agent (at most one per object here), no route probed.
+        assert 1 <= pushed.count("/git-xet/v1/capabilities") <= len(files), pushed
+        assert not any(p.startswith(("/v1/xorbs-and-shard", "/v1/lfs-objects")) for p in pushed), pushed
 
         # Re-offering everything sends nothing new.
         before = _server_bytes(srv)
@@ -149,8 +152,8 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
         # The small file came whole in one request; the large one the XET way (lookup, plan, ranges).
         small_oid = hashlib.sha256(files["small.bin"]).hexdigest()
         paths = [r["path"] for r in _requests(srv)[requests_before:]]
-        assert paths.count(f"/v1/lfs-objects/{small_oid}") == 1, paths
-        assert sum(p.startswith("/v1/lfs-objects/") for p in paths) == 1, paths
+        assert paths.count(f"/git-xet/v1/lfs-objects/{small_oid}") == 1, paths
+        assert sum("lfs-objects/" in p for p in paths) == 1, paths
         assert sum("/reconstructions/" in p for p in paths) == 1, paths
 
         # Worktrees: objects fetched from a linked worktree land in the common git dir.

@@ -252,7 +252,7 @@ def test_attacks_on_locks_fail_and_change_nothing(site: Site) -> None:
     assert httpx.post(f"{base}/team-evil/x.git/info/lfs/objects/batch", json=batch, auth=auth, timeout=30).status_code == 403
     assert httpx.post(f"{base}/team/game.git/info/lfs/objects/batch", json=batch, auth=auth, timeout=30).status_code == 200
     assert httpx.get(f"{base}/api/models/team-evil/x/xet-write-token/main", auth=auth, timeout=30).status_code == 403
-    assert httpx.get(f"{base}/v1/lfs-objects/{'0' * 64}", headers={"Authorization": f"Bearer {admin}"}, timeout=30).status_code == 403
+    assert httpx.get(f"{base}/git-xet/v1/lfs-objects/{'0' * 64}", headers={"Authorization": f"Bearer {admin}"}, timeout=30).status_code == 403
 
     # A user-less token of another repo, and no token at all.
     stranger = site.token("write", "acme/model")

@@ -88,7 +88,7 @@ def test_metrics_move_by_what_a_push_did(tmp_path: Path, index_args: list[str], 
     # Every stored xorb byte arrived in a request body (xorb uploads or upload bundles).
     received = _total(after, "git_xet_http_received_bytes_total") - _total(before, "git_xet_http_received_bytes_total")
     assert received >= stored
-    shard_posts = sum(_total(after, "git_xet_http_requests_total", route=r, status="200") for r in ("/v1/shards", "/v2/shards", "/v1/xorbs-and-shard"))
+    shard_posts = sum(_total(after, "git_xet_http_requests_total", route=r, status="200") for r in ("/v1/shards", "/v2/shards", "/git-xet/v1/upload-bundles"))
     assert shard_posts >= 1
     assert _total(after, "git_xet_http_request_duration_seconds_count") > _total(before, "git_xet_http_request_duration_seconds_count")
     # The scrapes themselves are counted, under their route's template, by every worker together.

@@ -1,5 +1,5 @@
 """`git xet serve --workers N`: worker processes on one port and one data directory, against
-the real server. They serve pushes together, all stop with the server, a worker that dies
+the real server (one process without the option). They serve pushes together, all stop with the server, a worker that dies
 takes the server down (so a service manager restarts it), and workers die with their parent."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _push_and_read_back(server: RunningServer, files: list[bytes]) -> None:
     token = server.token("write")
 
     def push(share: list[int]) -> dict[int, str]:
-        backend = HttpCasBackend(server.url, StaticToken(token), policy=FAST_RETRY, bundles=True)
+        backend = HttpCasBackend(server.url, StaticToken(token), policy=FAST_RETRY, extension=True)
         pushed = {}
         with Uploader(backend, global_dedup=False) as up:
             for i in share:
@@ -128,6 +128,14 @@ def test_workers_die_with_their_parent(tmp_path: Path) -> None:
     # The port and the data directory are free again: a new server takes the directory.
     with running_server(tmp_path / "data") as again:
         assert httpx.get(f"{again.url}/health", timeout=10).status_code == 200
+
+
+def test_one_process_serves_by_default(tmp_path: Path) -> None:
+    """Without --workers the server is one process: its upload streams, grant counts and metrics
+    are the whole server's (server/workers.py)."""
+    with running_server(tmp_path / "data") as server:
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+        assert _workers(server) == []
 
 
 def test_workers_must_be_at_least_one(tmp_path: Path) -> None:

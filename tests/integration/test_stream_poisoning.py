@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from git_xet.core import hashes, shard, xorb
-from git_xet.core.http_headers import UPLOAD_STREAM, bearer
+from git_xet.core.extension import UPLOAD_STREAM
+from git_xet.core.http_headers import bearer
 from git_xet.storage.cas_store import CasStore
 from tests.support.objects import single_xorb
 from tests.support.server_process import RunningServer, running_server
@@ -125,7 +126,7 @@ def test_a_raced_stream_never_records_a_wrong_sha256(
         body = _shard_for(file_xorb, file_digest.file_hash, len(data), poison)
         answer = client.post(f"{server.url}/v1/shards", content=body, headers={**bearer(attacker), UPLOAD_STREAM: stream})
     # Refused: the claim maps no oid (the file itself may be registered under the sha256 the
-    # server computed, listed as refused: see server/app.py shard_result).
+    # server computed, listed as refused: see server/shard_intake.py shard_result).
     refused = answer.status_code == 400 and "does not match its content" in answer.text
     assert refused or (answer.status_code == 200 and answer.json().get("refused_sha256") == [file_hex]), answer.text
 

@@ -1,6 +1,7 @@
-"""A small file's xorb and its shard in one request (`POST /v1/xorbs-and-shard`), against the
-real `git xet serve`: used by a client that knows the server is ours, with the fallback to two
-requests for a server without the route, and refused whole when any part does not verify."""
+"""A small file's xorb and its shard in one request (`POST /git-xet/v1/upload-bundles`), against
+the real `git xet serve`: used by a client whose server lists it in its capabilities (asked once
+per store), two requests for a server without them, refused whole when any part does not
+verify, and still taken at the previous release's path (`POST /v1/xorbs-and-shard`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import httpx
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
-from git_xet.core import hashes
+from git_xet.core import extension, hashes
 from git_xet.core.compression import CompressionScheme
 from git_xet.core.http_headers import bearer
 from git_xet.core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
@@ -65,31 +66,36 @@ def test_small_files_go_with_their_shard_in_one_request(tmp_path: Path) -> None:
     small = [random_bytes(size, 400 + size) for size in (5_000, 70_000, 300_000)]
     large = random_bytes(2 * WITH_SHARD_BELOW, 401)  # its xorb is too large to wait for the shard
     with running_server(tmp_path / "data") as server:
-        backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, bundles=True)
+        backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, extension=True)
         file_hexes = _push_each(backend, [*small, large])
         calls = _calls(server)
-        assert calls[("POST", "/v1/xorbs-and-shard", 200)] == len(small)
+        assert calls[("POST", extension.UPLOAD_BUNDLES, 200)] == len(small)
         # The large file: its xorb posted as it filled (a directory server offers no grants),
         # then its shard alone.
         assert calls[("POST", "/v1/xorbs/default", 200)] == 1 and calls[("POST", "/v2/shards", 200)] == 1
         _assert_readable(backend, [*small, large], file_hexes)
-        # Without bundles (any server not known to be ours): two requests per small file.
+        # Without bundles (any server not known to be ours): two requests per small file, and
+        # no capabilities asked.
         plain = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY)
         _push_each(plain, [random_bytes(6_000, 402)])
-        assert _calls(server)[("POST", "/v1/xorbs-and-shard", 200)] == len(small)
+        calls = _calls(server)
+        assert calls[("POST", extension.UPLOAD_BUNDLES, 200)] == len(small)
+        # One store session: its capabilities asked once, for all its uploads and downloads.
+        assert sum(n for (method, path, _), n in calls.items() if path == extension.CAPABILITIES) == 1
 
 
-def test_a_server_without_bundles_gets_two_requests_from_then_on(tmp_path: Path) -> None:
+def test_a_server_without_capabilities_gets_two_requests(tmp_path: Path) -> None:
     files = [random_bytes(20_000 + i, 410 + i) for i in range(3)]
     with running_server(tmp_path / "data") as server:
-        plan = FaultPlan(statuses={"/v1/xorbs-and-shard": [404, 404, 404]})  # as an older server answers
+        plan = FaultPlan(statuses={extension.CAPABILITIES: [404, 404]})  # as an older server (or the Hub's CAS) answers
         with fault_proxy(server.url, plan) as url:
-            backend = HttpCasBackend(url, StaticToken(server.token()), policy=FAST_RETRY, bundles=True)
+            backend = HttpCasBackend(url, StaticToken(server.token()), policy=FAST_RETRY, extension=True)
             file_hexes = _push_each(backend, files)
             _assert_readable(backend, files, file_hexes)
-        assert plan.statuses["/v1/xorbs-and-shard"] == [404, 404] and plan.faults_injected == 1  # asked once, never again
+        assert plan.statuses[extension.CAPABILITIES] == [404] and plan.faults_injected == 1  # asked once, never again
         calls = _calls(server)
         assert calls[("POST", "/v1/xorbs/default", 200)] == len(files) and calls[("POST", "/v2/shards", 200)] == len(files)
+        assert not any(extension.PREFIX in path for _, path, _ in calls)  # nothing of ours tried
 
 
 def test_a_bundle_that_does_not_verify_registers_nothing(tmp_path: Path) -> None:
@@ -101,7 +107,7 @@ def test_a_bundle_that_does_not_verify_registers_nothing(tmp_path: Path) -> None
     tampered = bytearray(body)
     tampered[-1] ^= 1
     with running_server(tmp_path / "data") as server:
-        url = f"{server.url}/v1/xorbs-and-shard"
+        url = f"{server.url}{extension.UPLOAD_BUNDLES}"
         write, read = bearer(server.token("write")), bearer(server.token("read"))
         refused = {
             "no token": (httpx.post(url, content=pack_bundle([(xorb_hash, body)], shard)), 401),
@@ -118,7 +124,8 @@ def test_a_bundle_that_does_not_verify_registers_nothing(tmp_path: Path) -> None
             assert store.stats()["files"] == 0 and store.xorb_layout(hashes.hash_to_hex(xorb_hash)) is None
         finally:
             store.close()
-        accepted = httpx.post(url, headers=write, content=pack_bundle([(xorb_hash, body)], shard))
+        # Accepted at the previous release's path too (server/deprecated.py), as its agents send.
+        accepted = httpx.post(f"{server.url}/v1/xorbs-and-shard", headers=write, content=pack_bundle([(xorb_hash, body)], shard))
         assert accepted.status_code == 200 and accepted.json() == {"result": 1}, accepted.text
         backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY)
         _assert_readable(backend, [data], [hashes.hash_to_hex(digest.file_hash)])

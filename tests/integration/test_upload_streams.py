@@ -44,7 +44,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _upload(server: RunningServer, path: Path, oid: str) -> str:
     """As the agent uploads to a `git xet serve`: the oid sent as the claim, the last small
     xorb in one request with the shard."""
-    backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, bundles=True, checks_sha256_claims=True)
+    backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, extension=True, checks_sha256_claims=True)
     with Uploader(backend, global_dedup=False) as up:
         result = up.add_file(path, sha256_hex=oid)
         up.finalize()
@@ -66,7 +66,7 @@ def test_the_server_hashes_a_large_file_while_its_xorbs_arrive(tmp_path: Path, s
             assert int(found[1]) > SIZE - WITH_SHARD_BELOW and int(found[2]) == SIZE  # both big xorbs; the last one read
         assert all(found[0] == file_hex[:12] and int(found[2]) == SIZE for found in streamed)
         assert ("/v1/xorb-uploads/" in server.log()) == grants
-        assert "/v1/xorbs-and-shard" in server.log()
+        assert "/git-xet/v1/upload-bundles" in server.log()
         out = io.BytesIO()
         download(HttpCasBackend(server.url, StaticToken(server.token("read"))), file_hex, out, sha256_hex=oid)
         assert out.getvalue() == source.read_bytes()
@@ -95,8 +95,8 @@ def test_another_token_naming_a_clients_stream_cannot_touch_it(tmp_path: Path, s
     stream is keyed by its own token, so its upload still ends in the shortcut, whole."""
     oid = hashlib.sha256(source.read_bytes()).hexdigest()
     with running_server(tmp_path / "data", "--workers", "1") as server:
-        victim = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, bundles=True, checks_sha256_claims=True)
-        attacker = HttpCasBackend(server.url, StaticToken(server.token(repo="mallory/evil")), policy=FAST_RETRY)
+        victim = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, extension=True, checks_sha256_claims=True)
+        attacker = HttpCasBackend(server.url, StaticToken(server.token(repo="mallory/evil")), policy=FAST_RETRY, extension=True)  # sends stream headers
         with Uploader(victim, global_dedup=False) as up:
             stream_id = up._stream_id
             planted, _ = single_xorb(random_bytes(200_000, 78))

@@ -33,7 +33,7 @@ from git_xet.core.http_headers import bearer
 from git_xet.core.reconstruction import Reconstruction
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
-from git_xet.server.app import BUCKET_URL_MAX_TTL
+from git_xet.server.state import BUCKET_URL_MAX_TTL
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
 from tests.support.datagen import random_bytes

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from git_xet.core import hashes, shard
 from git_xet.core.http_headers import bearer
-from git_xet.server.app import MAX_CONCURRENT_VALIDATIONS
+from git_xet.server.shard_intake import MAX_CONCURRENT_VALIDATIONS
 from tests.support.datagen import random_bytes
 from tests.support.objects import single_xorb
 from tests.support.server_process import RunningServer, running_server

@@ -9,8 +9,7 @@ from typing import get_args
 import pytest
 
 from git_xet.cli import build_parser
-from git_xet.server.app import ServerConfig
-from git_xet.server.grants import GrantMode
+from git_xet.server.state import GrantMode, ServerConfig
 
 BUCKET = "s3://bucket/prefix"
 

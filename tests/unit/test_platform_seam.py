@@ -13,7 +13,6 @@ import pytest
 import git_xet
 from git_xet.platform import local_sockets, memory, sendfile, switch
 from git_xet.platform.locks import held_lock, lock_range, unlock_range
-from git_xet.server.workers import default_workers
 
 PACKAGE = Path(git_xet.__file__).parent
 SEAM = PACKAGE / "platform"
@@ -43,7 +42,6 @@ def test_portable_switch_turns_each_accelerator_off(monkeypatch: pytest.MonkeyPa
         assert switch.portable()
         assert not sendfile.native_sendfile(loop)
         assert not local_sockets.available()
-        assert default_workers() == 1
         buffer = memory.anonymous_buffer(mmap.PAGESIZE)
         buffer.write(b"x")
         memory.free_pages(buffer)  # a no-op: the bytes stay

@@ -27,7 +27,7 @@ from git_xet.core.xorb import XorbLayout
 from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.server.errors import RequestRefused
 from git_xet.server.file_chunk_hashes import answer as file_chunk_hashes_answer
-from git_xet.server.reconstruction import wants_chunk_byte_sizes, with_chunk_byte_sizes
+from git_xet.server.cas_api import wants_chunk_byte_sizes, with_chunk_byte_sizes
 from git_xet.storage.cas_store import CasStore
 from tests.support.datagen import random_bytes
 from tests.support.objects import single_xorb, whole_xorb_file_shard

@@ -1,4 +1,4 @@
-"""Which shard validations skip the queue (server/app.py `_parsed_if_small`): only shards that are
+"""Which shard validations skip the queue (server/shard_intake.py `parsed_if_small`): only shards that are
 small by structure: a few chunks referenced in all, in a small body. Claimed sizes and lengths
 must not matter, or one request could pass a large validation off as a small one. A small one
 comes back parsed, as parse_shard parses it (its registration uses that parse)."""
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from git_xet.core.shard import FileInfo, FileTerm, Shard, parse_shard, serialize_shard
-from git_xet.server.app import SMALL_SHARD_BYTES, SMALL_SHARD_CHUNKS, _parsed_if_small
+from git_xet.server.shard_intake import SMALL_SHARD_BYTES, SMALL_SHARD_CHUNKS, parsed_if_small
 
 
 def _shard(ranges: list[tuple[int, int]], claimed_bytes: int, seed: int) -> bytes:
@@ -30,14 +30,14 @@ def _shard(ranges: list[tuple[int, int]], claimed_bytes: int, seed: int) -> byte
 def test_a_shard_is_small_exactly_when_it_references_few_chunks_whatever_it_claims(ranges: list[tuple[int, int]], claimed: int, seed: int) -> None:
     body = _shard(ranges, claimed, seed)
     referenced = sum(end - start for start, end in ranges)
-    small = _parsed_if_small(body)
+    small = parsed_if_small(body)
     assert (small is not None) == (referenced <= SMALL_SHARD_CHUNKS and len(body) <= SMALL_SHARD_BYTES)
     assert small is None or small == parse_shard(body)
 
 
 def test_a_big_body_or_an_unreadable_one_takes_a_turn() -> None:
     big = _shard([(0, 1)] * (SMALL_SHARD_BYTES // 48 + 1), 10, 2)  # one chunk per term, too many bytes in all
-    assert len(big) > SMALL_SHARD_BYTES and _parsed_if_small(big) is None
-    assert _parsed_if_small(b"not a shard") is None
+    assert len(big) > SMALL_SHARD_BYTES and parsed_if_small(big) is None
+    assert parsed_if_small(b"not a shard") is None
     one_file = _shard([(0, 3)], 150_000, 3)
-    assert _parsed_if_small(one_file) is not None  # what an agent sends per small file
+    assert parsed_if_small(one_file) is not None  # what an agent sends per small file
