@@ -411,6 +411,13 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     from .storage.history import open_history
     from .storage.retention import purge
 
+    if args.bucket:
+        from .commands.bucket_gc import cmd_bucket_gc
+
+        return cmd_bucket_gc(args)
+    if args.data is None:
+        print("git-xet gc: give the server's --data (and --index/--objects), or --bucket s3://... for a serverless bucket store", file=sys.stderr)
+        return 2
     store = _open_store(args, "gc")
     if store is None:
         return 1
@@ -630,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     fsck_cmd.set_defaults(func=_cmd_fsck)
 
     gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")
-    gc_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
+    gc_cmd.add_argument("--data", type=_nonempty_path, help="the server's data directory (its objects); required unless --bucket")
+    gc_cmd.add_argument("--bucket", metavar="s3://BUCKET[/PREFIX]", help="instead: a serverless bucket store; removes the xorbs no shard names")
     gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     gc_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
