@@ -24,7 +24,9 @@ from git_xet.client.bucket_backend import BucketBackend, create_bucket_store
 from git_xet.client.bucket_gc import TRASH, collect_bucket_garbage
 from git_xet.client.errors import MissingXorbsError
 from git_xet.core import hashes
+from git_xet.core.scattered import contiguous
 from git_xet.core.shard import parse_shard
+from git_xet.core.xorb import verify_xorb
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from git_xet.storage.s3 import S3Config, S3Location, S3ObjectStore
@@ -100,7 +102,8 @@ def _pieces(data: bytes) -> tuple[list[tuple[str, bytes]], bytes]:
             return None
 
         def upload_xorb(self, xorb_hex, body, stream=None):  # type: ignore[no-untyped-def]
-            self.xorbs.append((xorb_hex, bytes(body)))
+            verified = verify_xorb(contiguous(body), hashes.hex_to_hash(xorb_hex))
+            self.xorbs.append((xorb_hex, bytes(verified.body) + verified.footer().serialize()))  # as a bucket stores it
             return True
 
         def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
@@ -212,6 +215,44 @@ def test_a_push_reusing_xorbs_under_collection_never_loses_them(tmp_path: Path, 
     STATS["removed"] += len(report.removed)
     STATS["freed_bytes"] += freed
     STATS["kept_files"] += 1 + reused
+
+
+def test_gc_between_a_push_check_and_its_shard_refuses_the_push(tmp_path: Path, seaweed: RunningS3) -> None:
+    """The window no put-back covers: gc runs whole after the push found its (reused) xorb stored
+    and before it writes its shard. The push is refused before it writes any name, and its
+    retry stores the xorb again: nothing points at a missing xorb at any time."""
+    bucket = seaweed.new_bucket()
+    objects = _objects(seaweed, bucket, "window")
+    create_bucket_store(objects)
+    data = random_bytes(250_000, 5)
+    xorbs, shard = _pieces(data)
+    for xorb_hex, body in xorbs:
+        objects.put(f"xorbs/{xorb_hex[:2]}/{xorb_hex}", body)  # a push that died before its shard
+    pusher = _objects(seaweed, bucket, "window")
+    real_put_new = pusher.put_new
+    ran: list[object] = []
+
+    def gc_first(key: str, *parts: bytes | memoryview) -> bool:
+        if key.startswith("shards/") and not ran:
+            ran.append(collect_bucket_garbage(_objects(seaweed, bucket, "window"), grace_seconds=0, now=time.time() + 10**6))
+        return real_put_new(key, *parts)
+
+    pusher.put_new = gc_first  # type: ignore[method-assign]
+    backend = BucketBackend(pusher)
+    for xorb_hex, body in xorbs:
+        assert backend.upload_xorb(xorb_hex, body) is False  # found stored: reused
+    try:
+        backend.upload_shard(shard)
+        raise AssertionError("the push was not refused, yet gc removed its xorb")
+    except MissingXorbsError as exc:
+        refusal = str(exc)
+    assert ran and "removed" in refusal, refusal
+    assert not list(objects.list("files/")) and not list(objects.list("lfs/"))
+    for xorb_hex, body in xorbs:
+        assert backend.upload_xorb(xorb_hex, body) is True  # the retry writes it anew
+    backend.upload_shard(shard)
+    _names_hold(objects)
+    _reads_back(BucketBackend(_objects(seaweed, bucket, "window"), tmp_path / "reader"), data)
 
 
 def test_bucket_gc_command_keeps_named_and_fresh_xorbs(tmp_path: Path, seaweed: RunningS3) -> None:
