@@ -409,7 +409,7 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
 def _cmd_gc(args: argparse.Namespace) -> int:
     from .storage.admin import collect_garbage
     from .storage.history import open_history
-    from .storage.retention import purge
+    from .storage.retention import purge, purge_preview
 
     if args.bucket:
         from .commands.bucket_gc import cmd_bucket_gc
@@ -426,6 +426,14 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     if not args.dry_run:
         purged = purge(store.index, args.retention)
         print(f"git-xet gc: {purged} files deleted more than {args.retention:g} s ago unregistered")
+    else:
+        ending, gone = purge_preview(store.index, args.retention)
+        for repo, file_hex in ending:
+            print(f"would end the retention of: {repo} file {file_hex}")
+        print(
+            f"git-xet gc: {len(ending)} deletions older than {args.retention:g} s would end their retention, {len(gone)} files would be "
+            "unregistered (the xorbs only they use are removed by the run without --dry-run, not listed below)"
+        )
     removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
     if history is not None:  # the run and what it freed, for /metrics and the admin page
         history.record_sample("gc", max(0, stored_before - history.totals().stored_bytes))
