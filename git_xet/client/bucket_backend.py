@@ -198,8 +198,9 @@ class BucketBackend:
         return upload_in_order(self, xorbs, shard, stream_id)
 
     def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
-        """Store the shard after checking its xorbs are in the bucket, then the names that
-        point at it (files/, lfs/, dedup/), each only once its target exists."""
+        """Store the shard after checking its xorbs are in the bucket, check them again (a gc
+        may have removed one in between: client/bucket_gc.py), then write the names that point
+        at it (files/, lfs/, dedup/), each only once its target exists."""
         self.check()
         try:
             shard = parse_shard(body)
