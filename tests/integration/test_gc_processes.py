@@ -123,8 +123,15 @@ def _run(store: Store, ops: list[tuple], stats: dict[str, int]) -> None:
         else:
             cmd = [sys.executable, "-m", "git_xet", "repo", o[0], o[1], *store.args]
         procs.append((o, cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-    for o, cmd, proc in procs:
+    pushes = [proc for o, _, proc in procs if o[0] == "push"]
+    for o, cmd, proc in sorted(procs, key=lambda p: p[0][0] == "push"):  # gc first: it runs again while a push does
         out, err = proc.communicate(timeout=300)
+        for _more in range(30):  # gc again while a push of the step still runs (bounded)
+            if o[0] != "gc" or proc.returncode != 0 or all(p.poll() is not None for p in pushes):
+                break
+            stats["gc"] = stats.get("gc", 0) + 1
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, err = proc.communicate(timeout=300)
         for _again in range(3):  # a push that failed is run again, as its user would
             if proc.returncode == 0 or o[0] != "push":
                 break
