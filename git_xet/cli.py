@@ -409,8 +409,15 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
 def _cmd_gc(args: argparse.Namespace) -> int:
     from .storage.admin import collect_garbage
     from .storage.history import open_history
-    from .storage.retention import purge
+    from .storage.retention import purge, purge_preview
 
+    if args.bucket:
+        from .commands.bucket_gc import cmd_bucket_gc
+
+        return cmd_bucket_gc(args)
+    if args.data is None:
+        print("git-xet gc: give the server's --data (and --index/--objects), or --bucket s3://... for a serverless bucket store", file=sys.stderr)
+        return 2
     store = _open_store(args, "gc")
     if store is None:
         return 1
@@ -419,6 +426,14 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     if not args.dry_run:
         purged = purge(store.index, args.retention)
         print(f"git-xet gc: {purged} files deleted more than {args.retention:g} s ago unregistered")
+    else:
+        ending, gone = purge_preview(store.index, args.retention)
+        for repo, file_hex in ending:
+            print(f"would end the retention of: {repo} file {file_hex}")
+        print(
+            f"git-xet gc: {len(ending)} deletions older than {args.retention:g} s would end their retention, {len(gone)} files would be "
+            "unregistered (the xorbs only they use are removed by the run without --dry-run, not listed below)"
+        )
     removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
     if history is not None:  # the run and what it freed, for /metrics and the admin page
         history.record_sample("gc", max(0, stored_before - history.totals().stored_bytes))
@@ -635,7 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
     fsck_cmd.set_defaults(func=_cmd_fsck)
 
     gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")
-    gc_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
+    gc_cmd.add_argument("--data", type=_nonempty_path, help="the server's data directory (its objects); required unless --bucket")
+    gc_cmd.add_argument("--bucket", metavar="s3://BUCKET[/PREFIX]", help="instead: a serverless bucket store; removes the xorbs no shard names")
     gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     gc_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")

@@ -122,6 +122,9 @@ class BucketBackend:
         self._layouts: dict[str, XorbLayout] = {}
         self._lock = threading.Lock()
         self._checked = False
+        # After gc removed a xorb under this push: store every xorb again, even one the bucket
+        # holds, so each is freshly written (gc keeps what is younger than its grace).
+        self._rewrite_stored = False
 
     @property
     def cache_key(self) -> str:
@@ -159,12 +162,15 @@ class BucketBackend:
         bytes are the only ones that belong there."""
         self.check()
         key = CasStore.xorb_key(xorb_hex)
-        if self._stored_xorb_verifies(xorb_hex):
+        if not self._rewrite_stored and self._stored_xorb_verifies(xorb_hex):
             return False
         try:
             verified = verify_xorb(contiguous(body), hashes.hex_to_hash(xorb_hex))
         except FormatError as exc:
             raise RejectedError(f"refusing to store xorb {xorb_hex[:12]}…: {exc}") from None
+        if self._rewrite_stored:  # written anew, stored or not: see __init__
+            self._call(self.objects.put, key, verified.body, verified.footer().serialize())
+            return True
         if self._call(self.objects.put_new, key, verified.body, verified.footer().serialize()):
             return True
         if self._stored_xorb_verifies(xorb_hex):  # a racing writer stored it first
@@ -192,8 +198,9 @@ class BucketBackend:
         return upload_in_order(self, xorbs, shard, stream_id)
 
     def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
-        """Store the shard after checking its xorbs are in the bucket, then the names that
-        point at it (files/, lfs/, dedup/), each only once its target exists."""
+        """Store the shard after checking its xorbs are in the bucket, check them again (a gc
+        may have removed one in between: client/bucket_gc.py), then write the names that point
+        at it (files/, lfs/, dedup/), each only once its target exists."""
         self.check()
         try:
             shard = parse_shard(body)
@@ -210,6 +217,12 @@ class BucketBackend:
                 )
         shard_id = _shard_id(body)
         created = self._call(self.objects.put_new, f"shards/{shard_id}.mdb", body)
+        for xorb in named:  # again, AFTER the shard is stored: a gc that removed one meanwhile (bucket_gc.py)
+            if not self._call(self.objects.exists, CasStore.xorb_key(hashes.hash_to_hex(xorb))):
+                with self._lock:
+                    self._layouts.pop(hashes.hash_to_hex(xorb), None)
+                self._rewrite_stored = True
+                raise MissingXorbsError(f"xorb {hashes.hash_to_hex(xorb)[:12]}… was removed from {self.objects.location} by gc during this push; upload it again")
         self._remember_shard(shard_id, body, shard)
         for info in shard.files:
             file_hex = hashes.hash_to_hex(info.file_hash)

@@ -12,7 +12,7 @@ under uploads/ whose commit never came) and unused xorbs (indexed, but no regist
 
 gc: orphans and unused xorbs whose object was last written longer ago than a grace period are
 removed. The grace period covers uploads under way (xorbs go up before the shard that uses
-them). Each removal is atomic with the index's check (see MetadataIndex): a registration using a
+them), also of a xorb stored long ago: uploading it again rewrites it (CasStore._keep_alive). Each removal is atomic with the index's check (see MetadataIndex): a registration using a
 xorb that gc removes at that moment is refused (the client uploads it again), and an orphan
 re-uploaded as it is removed is written back by its uploader (CasStore._index_xorb).
 """

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +58,9 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # and one 48-byte term can name up to 8192 chunks: without a bound a 64 MiB shard of repeated
 # terms asks for billions of them (hours, and more memory than the machine has).
 MAX_SHARD_CHUNK_REFERENCES = 1 << 23
+# A stored xorb uploaded again is rewritten when last written longer ago than this (seconds):
+# see CasStore._keep_alive. Below gc's shortest sensible grace period.
+KEEP_ALIVE_AFTER = 600
 # Shards smaller than this (a push of a few small files) are kept in their index row, committed
 # with their registration, instead of as an object: a small push then costs the store one
 # object write (its xorb) and its share of an index commit, not two object writes.
@@ -208,6 +212,7 @@ class CasStore:
         object holds exactly the verified body and its footer."""
         key = self.xorb_key(xorb_hex)
         if self._is_stored(xorb_hex, key):
+            self._keep_alive(key)
             return False
         verified = self._verified(xorb_hex, verify)
         # One writer of this xorb at a time, whatever the store's conditional create does; the
@@ -284,6 +289,19 @@ class CasStore:
                 new_xorb = NewXorb(verified.layout(), len(verified.body), self._restorer(key, verified))
                 registration = registration._replace(new_xorbs=(new_xorb,))
             return self._record(registration, shard_body)
+
+    def _keep_alive(self, key: str) -> None:
+        """A push uploads a xorb the store holds, and names it in a shard soon. If the object was
+        last written more than KEEP_ALIVE_AFTER ago (maybe an unused one, which gc removes once
+        older than its grace), write it again: gc reads an object's time just before removing
+        it, so its grace now covers this push too (at most one rewrite per xorb per interval)."""
+        mtime = self.objects.modified(key)
+        if mtime is None or mtime >= time.time() - KEEP_ALIVE_AFTER:
+            return
+        try:
+            self.objects.put(key, self.objects.read(key))
+        except FileNotFoundError:
+            pass  # gc removed it this moment: the shard is refused, and the client uploads it again
 
     def _is_stored(self, xorb_hex: str, key: str) -> bool:
         return self.xorb_layout(xorb_hex) is not None and self.objects.exists(key)

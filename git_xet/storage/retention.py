@@ -65,6 +65,23 @@ def restore_repo(index: MetadataIndex, repo: str) -> int:
     return index.restore_files(repo)
 
 
+def purge_preview(index: MetadataIndex, retention_seconds: float = DEFAULT_RETENTION_SECONDS, now: float | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """What `purge` would do, changing nothing (gc's --dry-run): the (repo, file) deletions
+    whose retention ended, and the files it would unregister (no repository holds them, and no
+    trash row younger than the retention names them). One pass over the trash, repo_files and files."""
+    cutoff = _now(now) - int(retention_seconds)
+    ending: set[tuple[str, str]] = set()
+    still_trashed: set[str] = set()
+    for repo, file_hex, oid, deleted_at in index.export_rows("trash"):
+        if deleted_at > cutoff:
+            still_trashed.add(file_hex)
+        elif oid == "":  # the repo_files row: one per file of a deletion
+            ending.add((repo, file_hex))
+    held = {file_hex for _repo, file_hex in index.export_rows("repo_files")} | still_trashed
+    gone = [row[0] for row in index.export_rows("files") if row[0] not in held]  # as purge_trash selects them
+    return sorted(ending), sorted(gone)
+
+
 def purge(index: MetadataIndex, retention_seconds: float = DEFAULT_RETENTION_SECONDS, now: float | None = None) -> int:
     """End the retention of deletions older than `retention_seconds`; the number of files
     unregistered (their unused xorbs are gc's to remove)."""

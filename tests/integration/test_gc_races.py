@@ -215,3 +215,26 @@ def test_uploads_racing_gc_processes_never_reset_the_store(tmp_path: Path) -> No
     report = fsck(store)
     store.close()
     assert report.ok and not report.orphans and not report.unused, report
+
+
+def test_an_old_unused_xorb_uploaded_again_outlives_gc_until_its_shard(tmp_path: Path) -> None:
+    """A push that uploads a xorb the store holds unused since long ago (a push that died before
+    its shard) gets "already stored"; its shard comes later. The upload wrote the object again
+    (CasStore._keep_alive), so gc with its grace keeps it and the shard registers, where before
+    gc removed it and the shard was refused. A xorb not uploaded again is still removed."""
+    import os
+    import time
+
+    store = CasStore(tmp_path / "data")
+    try:
+        (reused, body, shard_body), (dead, dead_body, _) = (_shard_of(random_bytes(300_000 + i, 970 + i)) for i in range(2))
+        long_ago = time.time() - 7200
+        for xorb_hex, xorb_body in ((reused, body), (dead, dead_body)):
+            assert store.put_xorb(xorb_hex, xorb_body) is True
+            os.utime(tmp_path / "data" / store.xorb_key(xorb_hex), (long_ago, long_ago))  # a file: above the packed size
+        assert store.put_xorb(reused, body) is False  # the new push: already stored
+        assert collect_garbage(store, grace_seconds=3600) == [store.xorb_key(dead)]
+        assert store.register_shard(shard_body, verify_sha256=True) is True
+        assert fsck(store).ok and not fsck(store).unused
+    finally:
+        store.close()

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from git_xet.storage.admin import collect_garbage, fsck
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.index_postgres import PostgresIndex
-from git_xet.storage.retention import delete_repo, parse_oids, prune_repo, purge, restore_repo
+from git_xet.storage.retention import delete_repo, parse_oids, prune_repo, purge, purge_preview, restore_repo
 from git_xet.storage.usage import usage
-from tests.support.histories import History, expected_usage, histories, push_all
+from tests.support.histories import History, build, expected_usage, histories, push_all
 from tests.support.objects import stored_objects
 
 FIGURES = ("files", "logical_bytes", "unique_bytes", "shared_bytes", "reclaimable_bytes")
@@ -95,6 +95,49 @@ def test_delete_then_gc_frees_what_usage_said(new_store: Callable[[], CasStore],
     _reads_back(store, history, live)
     assert restore_repo(store.index, victim) == 0  # past retention: gone for good
     assert fsck(store).ok
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=histories(), victim=st.sampled_from(("a", "b", "c")), later=st.booleans())
+def test_purge_preview_is_what_purge_then_does(new_store: Callable[[], CasStore], history: History, victim: str, later: bool) -> None:
+    """gc --dry-run's preview: nothing within the retention; past it, the victim's files, and as
+    many unregistered files as purge then unregisters; the preview changes nothing."""
+    store = new_store()
+    push_all(store, history)
+    delete_repo(store.index, victim, now=1000)
+    if later:
+        restore_repo(store.index, victim)
+        delete_repo(store.index, victim, now=1950)  # deleted again, within the retention at 2000
+    assert purge_preview(store.index, retention_seconds=100, now=1050) == ([], [])
+    ending, gone = purge_preview(store.index, retention_seconds=100, now=2000)
+    build(history)
+    victims = {(victim, history.file_hex(n)) for n, repos in enumerate(history.repos_of) if victim in repos}
+    assert set(ending) == (set() if later else victims)
+    assert restore_repo(store.index, victim) == len({f for _, f in victims})  # the preview removed nothing
+    delete_repo(store.index, victim, now=1950 if later else 1000)  # as before the preview
+    assert purge(store.index, retention_seconds=100, now=2000) == len(gone)
+
+
+def test_gc_dry_run_lists_the_purge_and_changes_nothing(tmp_path: Path) -> None:
+    """`git xet gc --dry-run --retention 0` names the deletion it would end, and a restore after
+    it still brings the file back."""
+    from tests.support.datagen import random_bytes
+    from tests.support.gitenv import run_git_xet
+
+    history = History([random_bytes(5000, 3)], [[0]], [[(0, 0, 1)]], [["acme/old"]])
+    store = CasStore(tmp_path / "srv")
+    push_all(store, history)
+    build(history)
+    delete_repo(store.index, "acme/old")
+    store.close()
+    dry = run_git_xet("gc", "--dry-run", "--retention", "0", "--grace", "0", "--data", str(tmp_path / "srv"), timeout=120)
+    assert dry.returncode == 0 and "would end the retention of: acme/old file" in dry.stdout and "1 files would be unregistered" in dry.stdout, dry.stdout + dry.stderr
+    store = CasStore(tmp_path / "srv")
+    try:
+        assert restore_repo(store.index, "acme/old") == 1
+        _reads_back(store, history, {("acme/old", 0)})
+    finally:
+        store.close()
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
