@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _version_line() -> str:
-    from . import __version__
+    from .version import __version__
     from .core.chunking import NATIVE_AVAILABLE
 
     return f"git-xet {__version__} (chunker: {'native C' if NATIVE_AVAILABLE else 'pure Python, slow'})"

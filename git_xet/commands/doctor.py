@@ -27,7 +27,7 @@ def _config(key: str) -> str | None:
 
 
 def checks() -> Iterator[Check]:
-    from .. import __version__
+    from ..version import __version__
     from ..core.chunking import NATIVE_AVAILABLE
     from ..core.native import native_disabled
 
