@@ -236,59 +236,39 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
-    import os
-    import time
+    from .commands.server_tokens import cmd_token
 
-    from .server.auth import AuthError, Signer, load_secret
-    from .server.errors import SecretError
+    return cmd_token(args)
 
-    if args.revoke and args.index is None and args.data is None:
-        print("git-xet token: --revoke needs the server's index: --index postgresql://... or --data DIR", file=sys.stderr)
-        return 2
-    # Only a secret read from --data can be mistyped into a fresh one (env and --secret-file cannot).
-    from_data_dir = args.secret_file is None and not os.environ.get("GIT_XET_SERVER_SECRET") and args.data is not None
-    problem = _not_a_server_data_dir(args.data) if from_data_dir else None
-    if problem:
-        print(f"git-xet token: {problem}", file=sys.stderr)
-        return 1
-    try:
-        signer = Signer(load_secret(args.data, args.secret_file))
-    except SecretError as exc:
-        print(f"git-xet token: {exc}", file=sys.stderr)
-        return 1
-    if args.revoke:
-        from .storage.errors import StorageError
-        from .storage.index_base import open_index
 
-        token_id = args.revoke
-        if token_id.count(".") == 2:  # a whole token: revoke it by its id
-            try:
-                token_id = signer.claims_of(token_id).id
-            except AuthError as exc:
-                print(f"git-xet token: cannot revoke that token: {exc.message}", file=sys.stderr)
-                return 1
-        try:
-            index = open_index(args.index, args.data)
-            index.revoke_token(token_id, int(time.time()))
-            index.close()
-        except StorageError as exc:
-            print(f"git-xet token: {exc.message}", file=sys.stderr)
-            return 1
-        print(f"git-xet: revoked token {token_id} and every CAS token minted from it (servers notice within a second)")
-        return 0
-    try:
-        token, claims = signer.mint_user(args.scope, args.ttl, args.repo, user=args.user or "")
-    except ValueError as exc:
-        print(f"git-xet token: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        import json
+def _cmd_fsck(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_fsck
 
-        print(json.dumps({"accessToken": token, "exp": claims.exp, "id": claims.id, "repo": claims.repo, "scope": claims.scope, "user": claims.owner}))
-    else:
-        print(token)
-        print(f"git-xet: token {claims.id} for {claims.owner} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --revoke {claims.id}` and this command's --data/--index", file=sys.stderr)
-    return 0
+    return cmd_fsck(args)
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_gc
+
+    return cmd_gc(args)
+
+
+def _cmd_usage(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_usage
+
+    return cmd_usage(args)
+
+
+def _cmd_repo(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_repo
+
+    return cmd_repo(args)
+
+
+def _cmd_copy_index(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_copy_index
+
+    return cmd_copy_index(args)
 
 
 def _cmd_lfs_authenticate(args: argparse.Namespace) -> int:
@@ -296,21 +276,6 @@ def _cmd_lfs_authenticate(args: argparse.Namespace) -> int:
 
     grant = Grant(args.user, args.repo, args.scope)
     return run(args.data, args.secret_file, args.url, grant, args.ttl, args.git_root, args.log)
-
-
-def _not_a_server_data_dir(data: Path) -> str | None:
-    """Why `data` is not the data directory of a `git xet serve` (None: it is). A mistyped
-    --data would otherwise create a fresh secret and print a token the real server rejects."""
-    from .client.location import STORE_MARKER
-
-    if (data / STORE_MARKER).is_file():
-        return f"{data} is a serverless directory store, which needs no tokens; tokens are for `git xet serve --data {data}`"
-    if not (data / "index.sqlite").is_file():
-        return (
-            f"{data} is not a `git xet serve` data directory (no index.sqlite); pass the --data the server runs with "
-            "(a new server creates it when it first starts)"
-        )
-    return None
 
 
 # git-lfs drops batch actions that expire within 5 s of its check; 3 s more for the answer to reach it.
@@ -347,105 +312,11 @@ def _seconds_at_least(floor: int, why: str):
     return parse
 
 
-def _open_store(args: argparse.Namespace, name: str):
-    """The store `--data`/`--index` name, as the server opens it; None (after saying why) if it cannot be opened."""
-    from .storage.cas_store import CasStore
-    from .storage.errors import StorageError
-    from .storage.index_base import open_index
-
-    objects = None
-    if args.objects:
-        from .storage.s3 import S3Error, open_s3_objects
-
-        try:
-            objects = open_s3_objects(args.objects)
-            objects.check()
-        except ValueError as exc:
-            print(f"git-xet {name}: --objects: {exc}", file=sys.stderr)
-            return None
-        except S3Error as exc:
-            print(f"git-xet {name}: --objects {args.objects}: {exc.message}", file=sys.stderr)
-            return None
-    try:
-        return CasStore(args.data, objects=objects, private=True, index=open_index(args.index, args.data))
-    except StorageError as exc:
-        print(f"git-xet {name}: {exc.message}", file=sys.stderr)
-        return None
-
-
-def _cmd_fsck(args: argparse.Namespace) -> int:
-    from .storage.admin import fsck
-
-    store = _open_store(args, "fsck")
-    if store is None:
-        return 1
-    report = fsck(store, progress=lambda line: print(f"git-xet fsck: {line}", file=sys.stderr), repair=args.repair)
-    store.close()
-    for problem in report.problems:
-        print(f"error: {problem}")
-    for wrong in report.repaired:
-        print(f"repaired: file {wrong.file_hex}: sha256 {wrong.recorded} -> {wrong.actual}")
-    if report.repaired:
-        print(f"git-xet fsck: {len(report.repaired)} wrong sha256s replaced by their files' own, {report.unmapped} oid mappings of them removed")
-    for key in report.orphans:
-        print(f"orphan: {key}")
-    for xorb in report.unused:
-        print(f"unused: {xorb}")
-    removable = report.orphans or report.unused
-    print(
-        f"git-xet fsck: {report.xorbs} xorbs, {report.shards} shards and {report.files} files' sha256 checked, {len(report.problems)} problems, "
-        f"{len(report.orphans)} orphaned objects, {len(report.unused)} unused xorbs{' (remove with `git xet gc`)' if removable else ''}"
-    )
-    return 0 if len(report.problems) == len(report.repaired) else 1
-
-
 def _add_store_flags(parser: argparse.ArgumentParser) -> None:
     """--data/--index/--objects, as fsck and gc take them (the server's)."""
     parser.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
     parser.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     parser.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
-
-
-def _cmd_gc(args: argparse.Namespace) -> int:
-    from .storage.admin import collect_garbage
-    from .storage.history import open_history
-    from .storage.retention import purge
-
-    store = _open_store(args, "gc")
-    if store is None:
-        return 1
-    history = None if args.dry_run else open_history(args.index, args.data)
-    stored_before = history.totals().stored_bytes if history is not None else 0
-    if not args.dry_run:
-        purged = purge(store.index, args.retention)
-        print(f"git-xet gc: {purged} files deleted more than {args.retention:g} s ago unregistered")
-    removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
-    if history is not None:  # the run and what it freed, for /metrics and the admin page
-        history.record_sample("gc", max(0, stored_before - history.totals().stored_bytes))
-    store.close()
-    for key in removed:
-        print(f"{'would remove' if args.dry_run else 'removed'}: {key}")
-    print(f"git-xet gc: {len(removed)} orphaned or unused objects older than {args.grace:g} s {'would be ' if args.dry_run else ''}removed")
-    return 0
-
-
-def _cmd_copy_index(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from .storage.errors import StorageError
-    from .storage.index_base import copy_index, open_index
-
-    try:
-        source = open_index(args.index, args.data)
-        target = open_index(args.to, Path(args.to)) if args.to.startswith(("postgresql://", "postgres://")) else open_index(None, Path(args.to))
-        copied = copy_index(source, target)
-    except StorageError as exc:
-        print(f"git-xet copy-index: {exc.message}", file=sys.stderr)
-        return 1
-    source.close()
-    target.close()
-    print("git-xet copy-index: copied " + ", ".join(f"{n} {table}" for table, n in copied.items()))
-    return 0
 
 
 def _add_shared_flags(parser: argparse.ArgumentParser) -> None:
@@ -481,6 +352,7 @@ def _nonempty_store(value: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     import argparse
+    from pathlib import Path
 
     class OneLineErrors(argparse.ArgumentParser):
         """Usage errors as one line with where to look, not the usage block."""
@@ -620,9 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_cmd_serve)
 
     fsck_cmd = sub.add_parser("fsck", help="check a server's store: every indexed object present and valid; list orphans")
-    fsck_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
-    fsck_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
-    fsck_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
+    _add_store_flags(fsck_cmd)
     fsck_cmd.add_argument(
         "--repair", action="store_true",
         help="replace each recorded sha256 that does not match its file's bytes by the computed one, and remove that wrong oid's mappings to the file",
@@ -630,9 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     fsck_cmd.set_defaults(func=_cmd_fsck)
 
     gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")
-    gc_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
-    gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
-    gc_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
+    _add_store_flags(gc_cmd)
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
     gc_cmd.add_argument(
         "--retention", type=float, default=7 * 24 * 3600,
@@ -641,9 +509,26 @@ def build_parser() -> argparse.ArgumentParser:
     gc_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc_cmd.set_defaults(func=_cmd_gc)
 
-    from .commands.store_admin import add_parsers as add_store_admin_parsers
+    usage_cmd = sub.add_parser("usage", help="a server's usage and dedup per repository and in total (from its index)")
+    _add_store_flags(usage_cmd)
+    usage_cmd.add_argument("--repo", help="only this repository")
+    usage_cmd.add_argument("--json", action="store_true", help="as JSON (the admin API's form)")
+    usage_cmd.set_defaults(func=_cmd_usage)
 
-    add_store_admin_parsers(sub, _add_store_flags, _open_store)
+    repo_cmd = sub.add_parser("repo", help="delete a repository or prune its files (undoable for the retention period), or restore them")
+    actions = repo_cmd.add_subparsers(dest="action", required=True, metavar="delete|prune|restore")
+    for action, text in (
+        ("delete", "delete every file of REPO (restorable until gc passes the retention period)"),
+        ("prune", "delete REPO's files that --keep does not name (or that --drop names)"),
+        ("restore", "undo REPO's deletions and prunes still within the retention period"),
+    ):
+        repo_action = actions.add_parser(action, help=text)
+        repo_action.add_argument("repo", metavar="REPO")
+        _add_store_flags(repo_action)
+        if action == "prune":
+            repo_action.add_argument("--keep", type=Path, metavar="FILE_OF_OIDS", help="oids to keep, one a line or `git lfs ls-files --all --long` output (- for stdin)")
+            repo_action.add_argument("--drop", type=Path, metavar="FILE_OF_OIDS", help="oids to delete, in the same form")
+        repo_action.set_defaults(func=_cmd_repo)
 
     copy_cmd = sub.add_parser(
         "copy-index", help="copy a server's index into another (e.g. SQLite in --data into PostgreSQL); stop the servers first"

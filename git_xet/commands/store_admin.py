@@ -1,18 +1,114 @@
-"""`git xet usage` and `git xet repo delete|prune|restore`: a server operator's commands over
-its store's index (run where `git xet fsck` runs, with the server's --data/--index)."""
+"""A server operator's commands over its store (run where the server's --data/--index are, with
+the server stopped or running): `git xet fsck`, `gc`, `usage`, `repo delete|prune|restore` and
+`copy-index`. cli.py holds their arguments and calls these; each returns the exit status.
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..storage.retention import DEFAULT_RETENTION_SECONDS, delete_repo, parse_oids, prune_repo, restore_repo
 from ..storage.usage import RepoUsage, usage
 
-OpenStore = Callable[[argparse.Namespace, str], object]
+if TYPE_CHECKING:
+    import argparse
+
+    from ..storage.cas_store import CasStore
+
+
+def open_store(args: argparse.Namespace, name: str) -> CasStore | None:
+    """The store `--data`/`--index` name, as the server opens it; None (after saying why) if it cannot be opened."""
+    from ..storage.cas_store import CasStore
+    from ..storage.errors import StorageError
+    from ..storage.index_base import open_index
+
+    objects = None
+    if args.objects:
+        from ..storage.s3 import S3Error, open_s3_objects
+
+        try:
+            objects = open_s3_objects(args.objects)
+            objects.check()
+        except ValueError as exc:
+            print(f"git-xet {name}: --objects: {exc}", file=sys.stderr)
+            return None
+        except S3Error as exc:
+            print(f"git-xet {name}: --objects {args.objects}: {exc.message}", file=sys.stderr)
+            return None
+    try:
+        return CasStore(args.data, objects=objects, private=True, index=open_index(args.index, args.data))
+    except StorageError as exc:
+        print(f"git-xet {name}: {exc.message}", file=sys.stderr)
+        return None
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    from ..storage.admin import fsck
+
+    store = open_store(args, "fsck")
+    if store is None:
+        return 1
+    report = fsck(store, progress=lambda line: print(f"git-xet fsck: {line}", file=sys.stderr), repair=args.repair)
+    store.close()
+    for problem in report.problems:
+        print(f"error: {problem}")
+    for wrong in report.repaired:
+        print(f"repaired: file {wrong.file_hex}: sha256 {wrong.recorded} -> {wrong.actual}")
+    if report.repaired:
+        print(f"git-xet fsck: {len(report.repaired)} wrong sha256s replaced by their files' own, {report.unmapped} oid mappings of them removed")
+    for key in report.orphans:
+        print(f"orphan: {key}")
+    for xorb in report.unused:
+        print(f"unused: {xorb}")
+    removable = report.orphans or report.unused
+    print(
+        f"git-xet fsck: {report.xorbs} xorbs, {report.shards} shards and {report.files} files' sha256 checked, {len(report.problems)} problems, "
+        f"{len(report.orphans)} orphaned objects, {len(report.unused)} unused xorbs{' (remove with `git xet gc`)' if removable else ''}"
+    )
+    return 0 if len(report.problems) == len(report.repaired) else 1
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from ..storage.admin import collect_garbage
+    from ..storage.history import open_history
+    from ..storage.retention import purge
+
+    store = open_store(args, "gc")
+    if store is None:
+        return 1
+    history = None if args.dry_run else open_history(args.index, args.data)
+    stored_before = history.totals().stored_bytes if history is not None else 0
+    if not args.dry_run:
+        purged = purge(store.index, args.retention)
+        print(f"git-xet gc: {purged} files deleted more than {args.retention:g} s ago unregistered")
+    removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
+    if history is not None:  # the run and what it freed, for /metrics and the admin page
+        history.record_sample("gc", max(0, stored_before - history.totals().stored_bytes))
+    store.close()
+    for key in removed:
+        print(f"{'would remove' if args.dry_run else 'removed'}: {key}")
+    print(f"git-xet gc: {len(removed)} orphaned or unused objects older than {args.grace:g} s {'would be ' if args.dry_run else ''}removed")
+    return 0
+
+
+def cmd_copy_index(args: argparse.Namespace) -> int:
+    from ..storage.errors import StorageError
+    from ..storage.index_base import copy_index, open_index
+
+    try:
+        source = open_index(args.index, args.data)
+        target = open_index(args.to, Path(args.to)) if args.to.startswith(("postgresql://", "postgres://")) else open_index(None, Path(args.to))
+        copied = copy_index(source, target)
+    except StorageError as exc:
+        print(f"git-xet copy-index: {exc.message}", file=sys.stderr)
+        return 1
+    source.close()
+    target.close()
+    print("git-xet copy-index: copied " + ", ".join(f"{n} {table}" for table, n in copied.items()))
+    return 0
 
 
 def _mib(n: int) -> str:
@@ -26,14 +122,14 @@ def _line(row: RepoUsage) -> str:
     )
 
 
-def cmd_usage(args: argparse.Namespace, open_store: OpenStore) -> int:
+def cmd_usage(args: argparse.Namespace) -> int:
     store = open_store(args, "usage")
     if store is None:
         return 1
     try:
-        report = usage(store.index)  # type: ignore[attr-defined]
+        report = usage(store.index)
     finally:
-        store.close()  # type: ignore[attr-defined]
+        store.close()
     rows = [r for r in report.repos if args.repo is None or r.repo == args.repo]
     if args.repo is not None and not rows:
         print(f"git-xet usage: no repository {args.repo!r} holds files in this store", file=sys.stderr)
@@ -48,7 +144,7 @@ def cmd_usage(args: argparse.Namespace, open_store: OpenStore) -> int:
     return 0
 
 
-def cmd_repo(args: argparse.Namespace, open_store: OpenStore) -> int:
+def cmd_repo(args: argparse.Namespace) -> int:
     keep = drop = None
     if args.action == "prune":
         if (args.keep is None) == (args.drop is None):
@@ -63,7 +159,7 @@ def cmd_repo(args: argparse.Namespace, open_store: OpenStore) -> int:
     store = open_store(args, f"repo {args.action}")
     if store is None:
         return 1
-    index = store.index  # type: ignore[attr-defined]
+    index = store.index
     try:
         if args.action == "delete":
             n = delete_repo(index, args.repo)
@@ -72,7 +168,7 @@ def cmd_repo(args: argparse.Namespace, open_store: OpenStore) -> int:
         else:
             n = restore_repo(index, args.repo)
     finally:
-        store.close()  # type: ignore[attr-defined]
+        store.close()
     if args.action == "restore":
         print(f"git-xet repo restore: {n} files of {args.repo} restored")
     else:
@@ -82,27 +178,3 @@ def cmd_repo(args: argparse.Namespace, open_store: OpenStore) -> int:
             f"`git xet gc` runs past the retention period (--retention, default {days} days)"
         )
     return 0
-
-
-def add_parsers(sub: argparse._SubParsersAction, store_flags: Callable[[argparse.ArgumentParser], None], open_store: OpenStore) -> None:
-    """The commands' parsers; `store_flags` adds --data/--index/--objects as fsck has them."""
-    usage_cmd = sub.add_parser("usage", help="a server's usage and dedup per repository and in total (from its index)")
-    store_flags(usage_cmd)
-    usage_cmd.add_argument("--repo", help="only this repository")
-    usage_cmd.add_argument("--json", action="store_true", help="as JSON (the admin API's form)")
-    usage_cmd.set_defaults(func=lambda a: cmd_usage(a, open_store))
-
-    repo_cmd = sub.add_parser("repo", help="delete a repository or prune its files (undoable for the retention period), or restore them")
-    actions = repo_cmd.add_subparsers(dest="action", required=True, metavar="delete|prune|restore")
-    for action, text in (
-        ("delete", "delete every file of REPO (restorable until gc passes the retention period)"),
-        ("prune", "delete REPO's files that --keep does not name (or that --drop names)"),
-        ("restore", "undo REPO's deletions and prunes still within the retention period"),
-    ):
-        parser = actions.add_parser(action, help=text)
-        parser.add_argument("repo", metavar="REPO")
-        store_flags(parser)
-        if action == "prune":
-            parser.add_argument("--keep", type=Path, metavar="FILE_OF_OIDS", help="oids to keep, one a line or `git lfs ls-files --all --long` output (- for stdin)")
-            parser.add_argument("--drop", type=Path, metavar="FILE_OF_OIDS", help="oids to delete, in the same form")
-        parser.set_defaults(func=lambda a: cmd_repo(a, open_store))
