@@ -35,7 +35,7 @@ def cmd_token(args: argparse.Namespace) -> int:
         return 1
     if args.revoke:
         from ..storage.errors import StorageError
-        from ..storage.index_base import open_index
+        from ..storage.index_factory import open_index
 
         token_id = args.revoke
         if token_id.count(".") == 2:  # a whole token: revoke it by its id

@@ -23,7 +23,7 @@ def open_store(args: argparse.Namespace, name: str) -> CasStore | None:
     """The store `--data`/`--index` name, as the server opens it; None (after saying why) if it cannot be opened."""
     from ..storage.cas_store import CasStore
     from ..storage.errors import StorageError
-    from ..storage.index_base import open_index
+    from ..storage.index_factory import open_index
 
     objects = None
     if args.objects:
@@ -96,7 +96,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 def cmd_copy_index(args: argparse.Namespace) -> int:
     from ..storage.errors import StorageError
-    from ..storage.index_base import copy_index, open_index
+    from ..storage.index_base import copy_index
+    from ..storage.index_factory import open_index
 
     try:
         source = open_index(args.index, args.data)

@@ -45,7 +45,7 @@ from ..core.upload_bundle import parse_bundle
 from ..core.xorb import VerifiedXorb
 from ..storage.cas_store import CasStore, Sha256Prefix, StoredFile, chunks_referenced
 from ..storage.history import History, open_history
-from ..storage.index_base import open_index
+from ..storage.index_factory import open_index
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import open_s3_objects
 from .auth import KINDS, Claims, Signer, load_secret, presented_token
