@@ -22,10 +22,10 @@ defines nothing of its own, so reading it costs the agent one small module and n
 _LAZY = {
     "__version__": ".version",
     "XetError": ".core.errors",
-    "open_store": "._api",
-    "Store": "._api",
-    "hash_file": "._api",
-    "HashedFile": "._api",
+    "open_store": ".pipelines.store_api",
+    "Store": ".pipelines.store_api",
+    "hash_file": ".pipelines.store_api",
+    "HashedFile": ".pipelines.store_api",
     "UploadedFile": ".pipelines.upload",
     "DownloadResult": ".pipelines.download",
     "LocationError": ".client.location",
@@ -65,7 +65,7 @@ __all__ = [  # the names of _LAZY (tests/integration/test_public_api.py checks t
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms, and the agent imports this package
 if TYPE_CHECKING:
-    from ._api import HashedFile, Store, hash_file, open_store
+    from .pipelines.store_api import HashedFile, Store, hash_file, open_store
     from .client.errors import (
         ConflictError,
         MissingXorbsError,

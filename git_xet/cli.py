@@ -126,7 +126,7 @@ def _cmd_doctor(_args: argparse.Namespace) -> int:
 
 
 def _cmd_track(args: argparse.Namespace) -> int:
-    from .gitcmd import NOT_RUN, run_git
+    from .platform.gitcmd import NOT_RUN, run_git
 
     result = run_git("lfs", "track", *args.patterns, capture=False)
     if result.returncode == NOT_RUN:

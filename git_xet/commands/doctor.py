@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.http_headers import bearer
-from ..gitcmd import run_git
+from ..platform.gitcmd import run_git
 from .lfs_keys import PREFIX, direction_problem, miscased_keys
 
 

@@ -40,7 +40,7 @@ from .errors import Conflict, Damaged, MissingXorbs, Rejected, StorageFull, TooM
 from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, NewXorb, ShardRegistration, StoredFile
 from .index_factory import open_index
 from .objects import DirectoryObjectStore, ObjectStore
-from ..readahead import readahead
+from ..platform.readahead import readahead
 from .work_budget import check_reference_budget
 
 # How often (in bytes of file content) a sha256 verification reports progress.
