@@ -28,51 +28,15 @@ def _cmd_version(_args: argparse.Namespace) -> int:
 
 
 def _cmd_hash(args: argparse.Namespace) -> int:
-    from .core.hashes import hash_to_hex
-    from .pipelines.file_hashing import hash_file
+    from .commands.hashing import cmd_hash
 
-    status = 0
-    for path in args.files:
-        try:
-            digest = hash_file(path, with_sha256=args.sha256)
-        except OSError as exc:
-            print(f"git-xet hash: {path}: {exc.strerror or exc}", file=sys.stderr)
-            status = 1
-            continue
-        record = {"path": path, "xet_hash": hash_to_hex(digest.file_hash), "size": digest.size, "chunks": len(digest.chunk_hashes)}
-        if digest.sha256 is not None:
-            record["sha256"] = digest.sha256.hex()
-        if args.json:
-            import json
-
-            print(json.dumps(record))
-        else:
-            extra = f"  sha256={record['sha256']}" if "sha256" in record else ""
-            print(f"{record['xet_hash']}  {path}  ({digest.size} bytes, {record['chunks']} chunks){extra}")
-    return status
+    return cmd_hash(args)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from .pipelines.dedup_estimate import estimate_upload
-    from .pipelines.file_hashing import hash_file
+    from .commands.hashing import cmd_compare
 
-    try:
-        old, new = hash_file(args.old), hash_file(args.new)
-    except OSError as exc:
-        print(f"git-xet compare: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    est = estimate_upload(old, new)
-    if args.json:
-        import json
-
-        print(json.dumps({"new_size": est.new_size, "new_chunks": est.new_chunks, "unique_chunks": est.unique_chunks, "unique_bytes": est.unique_bytes}))
-    else:
-        print(
-            f"{args.new}: {est.new_size} bytes in {est.new_chunks} chunks; {est.unique_chunks} chunks "
-            f"({est.unique_bytes} bytes, {100 * est.unique_fraction:.2f}%) are not in {args.old} "
-            f"and would be uploaded after it"
-        )
-    return 0
+    return cmd_compare(args)
 
 
 def _scope(args: argparse.Namespace):
@@ -156,22 +120,9 @@ def _parse_size(text: str) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from .agent.endpoints import ConfigError, git_common_dir
-    from .agent.summary import describe, last_push
+    from .commands.stats import cmd_stats
 
-    try:
-        state = git_common_dir() / "xet"
-    except ConfigError as exc:
-        print(f"git-xet stats: {exc}; run it inside the repository you pushed from", file=sys.stderr)
-        return 1
-    totals = last_push(state)
-    if args.json:
-        import json
-
-        print(json.dumps(totals.as_dict() if totals else None))
-    else:
-        print(f"last push: {describe(totals)}" if totals else "no push through git-xet recorded in this repository yet")
-    return 0
+    return cmd_stats(args)
 
 
 def _cmd_clone(args: argparse.Namespace) -> int:
@@ -187,19 +138,9 @@ def _cmd_setup_repo(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from .commands.migrate import MigrationError, migrate
+    from .commands.migrate import cmd_migrate
 
-    try:
-        result = migrate(args.source, args.target, standalone=args.standalone, progress=print)
-    except MigrationError as exc:
-        print(f"git-xet migrate: {exc}", file=sys.stderr)
-        return 1
-    print(f"copied {result.copied} objects ({result.bytes_copied} bytes); {result.already_there} were in {args.target} already")
-    if args.standalone:
-        print(f"registered {result.shards_registered} shards; use it with `git xet install --standalone {args.target}`")
-    else:
-        print(f"now run the server as: git xet serve --data {args.source} --objects {args.target}")
-    return 0
+    return cmd_migrate(args)
 
 
 def _cmd_help(args: argparse.Namespace) -> int:
