@@ -154,14 +154,14 @@ def test_no_import_circle() -> None:
     """Neither between modules loaded together (module-level imports) nor through a lazy import
     back into a module that imports the lazy one's module at load time."""
     at_load, anywhere = _imports()
-    assert _circles(at_load) == []
-    assert _circles(anywhere) == []
+    assert _circles(at_load) == [], "modules that import each other as they load"
+    assert _circles(anywhere) == [], "a lazy import back into a module that imports its module: move what both need to a third"
 
 
 def test_every_module_has_a_room_and_layers_call_only_downward() -> None:
     _at_load, anywhere = _imports()
     unplaced = sorted(m for m in anywhere if _room(m) not in FLOORS)
-    assert unplaced == [], "give each module a room (a package of its layer), and a line in docs/architecture.md"
+    assert unplaced == [], f"give each of {unplaced} a room (a package of its layer), and a line in docs/architecture.md"
     upward = []
     for module, targets in anywhere.items():
         floor = FLOORS[_room(module)]
@@ -171,4 +171,4 @@ def test_every_module_has_a_room_and_layers_call_only_downward() -> None:
             other = FLOORS.get(_room(target), 99)
             if other > floor or (other == floor and floor not in SIDEWAYS_FLOORS):
                 upward.append(f"{module} -> {target}")
-    assert sorted(upward) == []
+    assert sorted(upward) == [], "an import that runs upward: move what it needs down, or the importer up"
