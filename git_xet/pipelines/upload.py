@@ -225,7 +225,7 @@ class Uploader:
         if self._slot is None:
             self._slot = self._open_slot()
         index = self._slot.builder.add(chunk, digest)
-        self._finder.session[digest] = (self._slot, index)
+        self._finder.packed(digest, self._slot, index)
         return self._slot, index
 
     def _open_slot(self) -> XorbSlot:
@@ -321,7 +321,7 @@ class Uploader:
         )
         self.stats.store_resets += 1
         self._index.forget()
-        self._finder.session = {}
+        self._finder.forget_session()
         for file in pending:
             self._add_again(file)
         closed, again = self._drain()
@@ -366,4 +366,4 @@ class Uploader:
         self.stats.shards_uploaded += 1
         # Chunks of this session's closed xorbs now live in the index (the cache, if any).
         self._index.add(shard)
-        self._finder.session = {}
+        self._finder.forget_session()

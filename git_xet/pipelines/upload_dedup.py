@@ -115,6 +115,15 @@ class ChunkFinder:
         self.backend = backend
         self.session: dict[XetHash, tuple[XorbSlot, int]] = {}
 
+    def packed(self, chunk: XetHash, slot: XorbSlot, index: int) -> None:
+        """This session packed `chunk` as chunk `index` of `slot`: later copies dedup against it."""
+        self.session[chunk] = (slot, index)
+
+    def forget_session(self) -> None:
+        """A shard made the session's xorbs durable (the index has their chunks now), or the
+        store lost what they referenced: either way, match against the index alone."""
+        self.session = {}
+
     def match(self, state: FileState, i: int) -> tuple[XetHash | XorbSlot, int, int] | None:
         """A run of already-stored chunks starting at i: in this session first, then the index."""
         hashes = state.hashes
