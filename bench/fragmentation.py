@@ -5,7 +5,7 @@
 v1 is random data; v2 replaces every third chunk of v1 with new data of that chunk's size.
 The chunk after each replaced one starts inside the new data (its boundary is content-defined),
 so dedup can match only one-chunk runs: terms of 1 and 2 chunks alternate. Both are pushed to a `git xet serve` (v1 first,
-through the shard cache), with the guard (hf-xet's rule, pipelines/upload.py) and without it
+through the shard cache), with the guard (hf-xet's rule, pipelines/upload_dedup.py) and without it
 (each to its own server); then v2 is downloaded there (median of --repeats). Reported: new
 bytes stored, terms in v2's reconstruction, download seconds. The guard trades stored bytes
 for fewer, longer ranges to fetch.
@@ -30,7 +30,7 @@ from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.shard_cache import ShardCache
 from git_xet.client.tokens import StaticToken
 from git_xet.core.chunking import chunk_boundaries
-from git_xet.pipelines import upload
+from git_xet.pipelines import upload_dedup
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from tests.support.datagen import random_bytes
@@ -48,8 +48,8 @@ def versions(size: int) -> tuple[bytes, bytes]:
 
 
 def measure(v1: bytes, v2: bytes, guard: bool, repeats: int, root: Path) -> dict:
-    target = upload.FRAGMENTATION_TARGET
-    upload.FRAGMENTATION_TARGET = target if guard else 0.0
+    target = upload_dedup.FRAGMENTATION_TARGET
+    upload_dedup.FRAGMENTATION_TARGET = target if guard else 0.0
     try:
         with running_server(root / "server" / "data") as server:
             backend = HttpCasBackend(server.url, StaticToken(server.token("write")), extension=True, checks_sha256_claims=True)
@@ -68,7 +68,7 @@ def measure(v1: bytes, v2: bytes, guard: bool, repeats: int, root: Path) -> dict
                 assert out.getvalue() == v2
             backend.close()
     finally:
-        upload.FRAGMENTATION_TARGET = target
+        upload_dedup.FRAGMENTATION_TARGET = target
     return {"guard": guard, "new_bytes": result.new_bytes, "terms": terms, "download_seconds": statistics.median(seconds), "all_seconds": sorted(seconds)}
 
 

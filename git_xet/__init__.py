@@ -14,25 +14,18 @@ Every error raised is a `git_xet.XetError`; a store that refuses or fails an ope
 Importing this package is cheap: the names below are imported on first use (module
 `__getattr__`), so `import git_xet` loads neither the HTTP client, the hashing code nor the server, and
 the transfer agent that git-lfs starts eight times per command pays nothing for this API.
+XetError (core/errors.py) and `__version__` (version.py) are among those names: this module
+defines nothing of its own, so reading it costs the agent one small module and no more.
 """
-
-__version__ = "0.1.0"
-
-
-class XetError(Exception):
-    """Base class of all git-xet errors (the layers' own trees are described in core/errors.py).
-
-    Defined here rather than in core/errors.py, which re-exports it: the transfer agent's
-    protocol errors derive from it, and importing it from this already-loaded package costs
-    git-lfs's eight agents nothing before they answer `init` (another module costs ~0.3 ms each).
-    """
 
 # Public name -> the module that defines it (imported on first access).
 _LAZY = {
-    "open_store": "._api",
-    "Store": "._api",
-    "hash_file": "._api",
-    "HashedFile": "._api",
+    "__version__": ".version",
+    "XetError": ".core.errors",
+    "open_store": ".pipelines.store_api",
+    "Store": ".pipelines.store_api",
+    "hash_file": ".pipelines.store_api",
+    "HashedFile": ".pipelines.store_api",
     "UploadedFile": ".pipelines.upload",
     "DownloadResult": ".pipelines.download",
     "LocationError": ".client.location",
@@ -48,7 +41,7 @@ _LAZY = {
     "IntegrityError": ".pipelines.download",
 }
 
-__all__ = [  # XetError, __version__ and the names of _LAZY (tests/integration/test_public_api.py checks they agree)
+__all__ = [  # the names of _LAZY (tests/integration/test_public_api.py checks they agree)
     "ConflictError",
     "DownloadResult",
     "HashedFile",
@@ -72,7 +65,7 @@ __all__ = [  # XetError, __version__ and the names of _LAZY (tests/integration/t
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms, and the agent imports this package
 if TYPE_CHECKING:
-    from ._api import HashedFile, Store, hash_file, open_store
+    from .pipelines.store_api import HashedFile, Store, hash_file, open_store
     from .client.errors import (
         ConflictError,
         MissingXorbsError,
@@ -85,8 +78,10 @@ if TYPE_CHECKING:
         TransferError,
     )
     from .client.location import LocationError
+    from .core.errors import XetError
     from .pipelines.download import DownloadResult, IntegrityError
     from .pipelines.upload import UploadedFile
+    from .version import __version__
 
 
 def __getattr__(name: str) -> object:

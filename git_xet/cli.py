@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _version_line() -> str:
-    from . import __version__
+    from .version import __version__
     from .core.chunking import NATIVE_AVAILABLE
 
     return f"git-xet {__version__} (chunker: {'native C' if NATIVE_AVAILABLE else 'pure Python, slow'})"
@@ -28,51 +28,15 @@ def _cmd_version(_args: argparse.Namespace) -> int:
 
 
 def _cmd_hash(args: argparse.Namespace) -> int:
-    from .core.hashes import hash_to_hex
-    from .pipelines.file_hashing import hash_file
+    from .commands.hashing import cmd_hash
 
-    status = 0
-    for path in args.files:
-        try:
-            digest = hash_file(path, with_sha256=args.sha256)
-        except OSError as exc:
-            print(f"git-xet hash: {path}: {exc.strerror or exc}", file=sys.stderr)
-            status = 1
-            continue
-        record = {"path": path, "xet_hash": hash_to_hex(digest.file_hash), "size": digest.size, "chunks": len(digest.chunk_hashes)}
-        if digest.sha256 is not None:
-            record["sha256"] = digest.sha256.hex()
-        if args.json:
-            import json
-
-            print(json.dumps(record))
-        else:
-            extra = f"  sha256={record['sha256']}" if "sha256" in record else ""
-            print(f"{record['xet_hash']}  {path}  ({digest.size} bytes, {record['chunks']} chunks){extra}")
-    return status
+    return cmd_hash(args)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from .pipelines.dedup_estimate import estimate_upload
-    from .pipelines.file_hashing import hash_file
+    from .commands.hashing import cmd_compare
 
-    try:
-        old, new = hash_file(args.old), hash_file(args.new)
-    except OSError as exc:
-        print(f"git-xet compare: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    est = estimate_upload(old, new)
-    if args.json:
-        import json
-
-        print(json.dumps({"new_size": est.new_size, "new_chunks": est.new_chunks, "unique_chunks": est.unique_chunks, "unique_bytes": est.unique_bytes}))
-    else:
-        print(
-            f"{args.new}: {est.new_size} bytes in {est.new_chunks} chunks; {est.unique_chunks} chunks "
-            f"({est.unique_bytes} bytes, {100 * est.unique_fraction:.2f}%) are not in {args.old} "
-            f"and would be uploaded after it"
-        )
-    return 0
+    return cmd_compare(args)
 
 
 def _scope(args: argparse.Namespace):
@@ -126,7 +90,7 @@ def _cmd_doctor(_args: argparse.Namespace) -> int:
 
 
 def _cmd_track(args: argparse.Namespace) -> int:
-    from .gitcmd import NOT_RUN, run_git
+    from .platform.gitcmd import NOT_RUN, run_git
 
     result = run_git("lfs", "track", *args.patterns, capture=False)
     if result.returncode == NOT_RUN:
@@ -156,22 +120,9 @@ def _parse_size(text: str) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from .agent.endpoints import ConfigError, git_common_dir
-    from .agent.summary import describe, last_push
+    from .commands.stats import cmd_stats
 
-    try:
-        state = git_common_dir() / "xet"
-    except ConfigError as exc:
-        print(f"git-xet stats: {exc}; run it inside the repository you pushed from", file=sys.stderr)
-        return 1
-    totals = last_push(state)
-    if args.json:
-        import json
-
-        print(json.dumps(totals.as_dict() if totals else None))
-    else:
-        print(f"last push: {describe(totals)}" if totals else "no push through git-xet recorded in this repository yet")
-    return 0
+    return cmd_stats(args)
 
 
 def _cmd_clone(args: argparse.Namespace) -> int:
@@ -187,19 +138,9 @@ def _cmd_setup_repo(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from .commands.migrate import MigrationError, migrate
+    from .commands.migrate import cmd_migrate
 
-    try:
-        result = migrate(args.source, args.target, standalone=args.standalone, progress=print)
-    except MigrationError as exc:
-        print(f"git-xet migrate: {exc}", file=sys.stderr)
-        return 1
-    print(f"copied {result.copied} objects ({result.bytes_copied} bytes); {result.already_there} were in {args.target} already")
-    if args.standalone:
-        print(f"registered {result.shards_registered} shards; use it with `git xet install --standalone {args.target}`")
-    else:
-        print(f"now run the server as: git xet serve --data {args.source} --objects {args.target}")
-    return 0
+    return cmd_migrate(args)
 
 
 def _cmd_help(args: argparse.Namespace) -> int:
@@ -236,59 +177,51 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
-    import os
-    import time
+    from .commands.server_tokens import cmd_token
 
-    from .server.auth import AuthError, Signer, load_secret
-    from .server.errors import SecretError
+    return cmd_token(args)
 
-    if args.revoke and args.index is None and args.data is None:
-        print("git-xet token: --revoke needs the server's index: --index postgresql://... or --data DIR", file=sys.stderr)
-        return 2
-    # Only a secret read from --data can be mistyped into a fresh one (env and --secret-file cannot).
-    from_data_dir = args.secret_file is None and not os.environ.get("GIT_XET_SERVER_SECRET") and args.data is not None
-    problem = _not_a_server_data_dir(args.data) if from_data_dir else None
-    if problem:
-        print(f"git-xet token: {problem}", file=sys.stderr)
-        return 1
-    try:
-        signer = Signer(load_secret(args.data, args.secret_file))
-    except SecretError as exc:
-        print(f"git-xet token: {exc}", file=sys.stderr)
-        return 1
-    if args.revoke:
-        from .storage.errors import StorageError
-        from .storage.index_base import open_index
 
-        token_id = args.revoke
-        if token_id.count(".") == 2:  # a whole token: revoke it by its id
-            try:
-                token_id = signer.claims_of(token_id).id
-            except AuthError as exc:
-                print(f"git-xet token: cannot revoke that token: {exc.message}", file=sys.stderr)
-                return 1
-        try:
-            index = open_index(args.index, args.data)
-            index.revoke_token(token_id, int(time.time()))
-            index.close()
-        except StorageError as exc:
-            print(f"git-xet token: {exc.message}", file=sys.stderr)
-            return 1
-        print(f"git-xet: revoked token {token_id} and every CAS token minted from it (servers notice within a second)")
-        return 0
-    try:
-        token, claims = signer.mint_user(args.scope, args.ttl, args.repo, user=args.user or "")
-    except ValueError as exc:
-        print(f"git-xet token: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        import json
+def _cmd_fsck(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_fsck
 
-        print(json.dumps({"accessToken": token, "exp": claims.exp, "id": claims.id, "repo": claims.repo, "scope": claims.scope, "user": claims.owner}))
-    else:
-        print(token)
-        print(f"git-xet: token {claims.id} for {claims.owner} ({claims.scope}, repo {claims.repo}); revoke with `git xet token --revoke {claims.id}` and this command's --data/--index", file=sys.stderr)
-    return 0
+    return cmd_fsck(args)
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_gc
+
+    return cmd_gc(args)
+
+
+def _cmd_usage(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_usage
+
+    return cmd_usage(args)
+
+
+def _cmd_repo(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_repo
+
+    return cmd_repo(args)
+
+
+def _cmd_quota(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_quota
+
+    return cmd_quota(args)
+
+
+def _quota_bytes(text: str) -> str | int | None:
+    from .commands.store_admin import parse_bytes
+
+    return text if text == "show" else parse_bytes(text)
+
+
+def _cmd_copy_index(args: argparse.Namespace) -> int:
+    from .commands.store_admin import cmd_copy_index
+
+    return cmd_copy_index(args)
 
 
 def _cmd_lfs_authenticate(args: argparse.Namespace) -> int:
@@ -296,21 +229,6 @@ def _cmd_lfs_authenticate(args: argparse.Namespace) -> int:
 
     grant = Grant(args.user, args.repo, args.scope)
     return run(args.data, args.secret_file, args.url, grant, args.ttl, args.git_root, args.log)
-
-
-def _not_a_server_data_dir(data: Path) -> str | None:
-    """Why `data` is not the data directory of a `git xet serve` (None: it is). A mistyped
-    --data would otherwise create a fresh secret and print a token the real server rejects."""
-    from .client.location import STORE_MARKER
-
-    if (data / STORE_MARKER).is_file():
-        return f"{data} is a serverless directory store, which needs no tokens; tokens are for `git xet serve --data {data}`"
-    if not (data / "index.sqlite").is_file():
-        return (
-            f"{data} is not a `git xet serve` data directory (no index.sqlite); pass the --data the server runs with "
-            "(a new server creates it when it first starts)"
-        )
-    return None
 
 
 # git-lfs drops batch actions that expire within 5 s of its check; 3 s more for the answer to reach it.
@@ -347,125 +265,14 @@ def _seconds_at_least(floor: int, why: str):
     return parse
 
 
-def _open_store(args: argparse.Namespace, name: str):
-    """The store `--data`/`--index` name, as the server opens it; None (after saying why) if it cannot be opened."""
-    from .storage.cas_store import CasStore
-    from .storage.errors import StorageError
-    from .storage.index_base import open_index
-
-    objects = None
-    if args.objects:
-        from .storage.s3 import S3Error, open_s3_objects
-
-        try:
-            objects = open_s3_objects(args.objects)
-            objects.check()
-        except ValueError as exc:
-            print(f"git-xet {name}: --objects: {exc}", file=sys.stderr)
-            return None
-        except S3Error as exc:
-            print(f"git-xet {name}: --objects {args.objects}: {exc.message}", file=sys.stderr)
-            return None
-    try:
-        return CasStore(args.data, objects=objects, private=True, index=open_index(args.index, args.data))
-    except StorageError as exc:
-        print(f"git-xet {name}: {exc.message}", file=sys.stderr)
-        return None
-
-
-def _cmd_fsck(args: argparse.Namespace) -> int:
-    from .storage.admin import fsck
-
-    store = _open_store(args, "fsck")
-    if store is None:
-        return 1
-    report = fsck(store, progress=lambda line: print(f"git-xet fsck: {line}", file=sys.stderr), repair=args.repair)
-    store.close()
-    for problem in report.problems:
-        print(f"error: {problem}")
-    for wrong in report.repaired:
-        print(f"repaired: file {wrong.file_hex}: sha256 {wrong.recorded} -> {wrong.actual}")
-    if report.repaired:
-        print(f"git-xet fsck: {len(report.repaired)} wrong sha256s replaced by their files' own, {report.unmapped} oid mappings of them removed")
-    for key in report.orphans:
-        print(f"orphan: {key}")
-    for xorb in report.unused:
-        print(f"unused: {xorb}")
-    removable = report.orphans or report.unused
-    print(
-        f"git-xet fsck: {report.xorbs} xorbs, {report.shards} shards and {report.files} files' sha256 checked, {len(report.problems)} problems, "
-        f"{len(report.orphans)} orphaned objects, {len(report.unused)} unused xorbs{' (remove with `git xet gc`)' if removable else ''}"
-    )
-    return 0 if len(report.problems) == len(report.repaired) else 1
-
-
-def _add_store_flags(parser: argparse.ArgumentParser) -> None:
+def _add_store_flags(parser: argparse.ArgumentParser, data_required: bool = True) -> None:
     """--data/--index/--objects, as fsck and gc take them (the server's)."""
-    parser.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
+    if data_required:
+        parser.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
+    else:
+        parser.add_argument("--data", type=_nonempty_path, help="the server's data directory (its objects); required unless --bucket")
     parser.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
     parser.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
-
-
-def _cmd_gc(args: argparse.Namespace) -> int:
-    from .storage.admin import collect_garbage
-    from .storage.history import open_history
-    from .storage.retention import purge, purge_preview
-
-    if args.bucket:
-        from .commands.bucket_gc import cmd_bucket_gc
-
-        return cmd_bucket_gc(args)
-    if args.data is None:
-        print("git-xet gc: give the server's --data (and --index/--objects), or --bucket s3://... for a serverless bucket store", file=sys.stderr)
-        return 2
-    store = _open_store(args, "gc")
-    if store is None:
-        return 1
-    history = None if args.dry_run else open_history(args.index, args.data)
-    stored_before = history.totals().stored_bytes if history is not None else 0
-    if not args.dry_run:
-        purged = purge(store.index, args.retention)
-        print(f"git-xet gc: {purged} files deleted more than {args.retention:g} s ago unregistered")
-    else:
-        ending, gone = purge_preview(store.index, args.retention)
-        for repo, file_hex in ending:
-            print(f"would end the retention of: {repo} file {file_hex}")
-        print(
-            f"git-xet gc: {len(ending)} deletions older than {args.retention:g} s would end their retention, {len(gone)} files would be "
-            "unregistered (the xorbs only they use are removed by the run without --dry-run, not listed below)"
-        )
-    removed = collect_garbage(store, args.grace, dry_run=args.dry_run)
-    if history is not None:  # the run and what it freed, for /metrics and the admin page
-        history.record_sample("gc", max(0, stored_before - history.totals().stored_bytes))
-    store.close()
-    for key in removed:
-        print(f"{'would remove' if args.dry_run else 'removed'}: {key}")
-    print(f"git-xet gc: {len(removed)} orphaned or unused objects older than {args.grace:g} s {'would be ' if args.dry_run else ''}removed")
-    return 0
-
-
-def _cmd_copy_index(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from .storage.errors import StorageError
-    from .storage.history import copy_history, open_history
-    from .storage.index_base import copy_index, open_index
-
-    to_url = args.to if args.to.startswith(("postgresql://", "postgres://")) else None
-    try:
-        if to_url is None:
-            Path(args.to).mkdir(parents=True, exist_ok=True)  # a new store's directory
-        source = open_index(args.index, args.data)
-        target = open_index(to_url, Path(args.to))
-        copied = copy_index(source, target)
-        copied |= copy_history(open_history(args.index, args.data), open_history(to_url, Path(args.to)))
-    except StorageError as exc:
-        print(f"git-xet copy-index: {exc.message}", file=sys.stderr)
-        return 1
-    source.close()
-    target.close()
-    print("git-xet copy-index: copied " + ", ".join(f"{n} {table}" for table, n in copied.items()))
-    return 0
 
 
 def _add_shared_flags(parser: argparse.ArgumentParser) -> None:
@@ -501,6 +308,7 @@ def _nonempty_store(value: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     import argparse
+    from pathlib import Path
 
     class OneLineErrors(argparse.ArgumentParser):
         """Usage errors as one line with where to look, not the usage block."""
@@ -640,9 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_cmd_serve)
 
     fsck_cmd = sub.add_parser("fsck", help="check a server's store: every indexed object present and valid; list orphans")
-    fsck_cmd.add_argument("--data", type=_nonempty_path, required=True, help="the server's data directory (its objects)")
-    fsck_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
-    fsck_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
+    _add_store_flags(fsck_cmd)
     fsck_cmd.add_argument(
         "--repair", action="store_true",
         help="replace each recorded sha256 that does not match its file's bytes by the computed one, and remove that wrong oid's mappings to the file",
@@ -650,10 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     fsck_cmd.set_defaults(func=_cmd_fsck)
 
     gc_cmd = sub.add_parser("gc", help="remove a server's orphaned and unused objects (failed pushes, abandoned grants) after a grace period")
-    gc_cmd.add_argument("--data", type=_nonempty_path, help="the server's data directory (its objects); required unless --bucket")
+    _add_store_flags(gc_cmd, data_required=False)
     gc_cmd.add_argument("--bucket", metavar="s3://BUCKET[/PREFIX]", help="instead: a serverless bucket store; removes the xorbs no shard names")
-    gc_cmd.add_argument("--index", metavar="URL", help="the server's shared index (postgresql://...); default: SQLite in --data")
-    gc_cmd.add_argument("--objects", metavar="s3://BUCKET[/PREFIX]", help="the server's --objects bucket (AWS_* environment as for serve)")
     gc_cmd.add_argument("--grace", type=float, default=24 * 3600, help="only objects last written longer ago than this, seconds (default: 1 day)")
     gc_cmd.add_argument(
         "--retention", type=float, default=7 * 24 * 3600,
@@ -662,9 +466,34 @@ def build_parser() -> argparse.ArgumentParser:
     gc_cmd.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc_cmd.set_defaults(func=_cmd_gc)
 
-    from .commands.store_admin import add_parsers as add_store_admin_parsers
+    usage_cmd = sub.add_parser("usage", help="a server's usage and dedup per repository and in total (from its index)")
+    _add_store_flags(usage_cmd)
+    usage_cmd.add_argument("--repo", help="only this repository")
+    usage_cmd.add_argument("--json", action="store_true", help="as JSON (the admin API's form)")
+    usage_cmd.set_defaults(func=_cmd_usage)
 
-    add_store_admin_parsers(sub, _add_store_flags, _open_store)
+    repo_cmd = sub.add_parser("repo", help="delete a repository or prune its files (undoable for the retention period), or restore them")
+    actions = repo_cmd.add_subparsers(dest="action", required=True, metavar="delete|prune|restore|quota")
+    for action, text in (
+        ("delete", "delete every file of REPO (restorable until gc passes the retention period)"),
+        ("prune", "delete REPO's files that --keep does not name (or that --drop names)"),
+        ("restore", "undo REPO's deletions and prunes still within the retention period"),
+    ):
+        repo_action = actions.add_parser(action, help=text)
+        repo_action.add_argument("repo", metavar="REPO")
+        _add_store_flags(repo_action)
+        if action == "prune":
+            repo_action.add_argument("--keep", type=Path, metavar="FILE_OF_OIDS", help="oids to keep, one a line or `git lfs ls-files --all --long` output (- for stdin)")
+            repo_action.add_argument("--drop", type=Path, metavar="FILE_OF_OIDS", help="oids to delete, in the same form")
+        repo_action.set_defaults(func=_cmd_repo)
+    quota_cmd = actions.add_parser("quota", help="show or set the most logical bytes REPO may hold; a push beyond it is refused")
+    quota_cmd.add_argument("repo", metavar="REPO")
+    quota_cmd.add_argument(
+        "bytes", nargs="?", default="show", type=_quota_bytes, metavar="BYTES",
+        help="the quota: bytes, or with K/M/G/T (powers of 1024); `none` removes it; left out: show it",
+    )
+    _add_store_flags(quota_cmd)
+    quota_cmd.set_defaults(func=_cmd_quota)
 
     copy_cmd = sub.add_parser(
         "copy-index", help="copy a server's index into another (e.g. SQLite in --data into PostgreSQL); stop the servers first"

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from ..core.errors import XetError
 from ..core.http_headers import bearer
-from ..gitcmd import config_list_scoped, run_git
+from ..platform.gitcmd import config_list_scoped, run_git
 
 if TYPE_CHECKING:
     from ..client.ssh_authenticate import SshRemote

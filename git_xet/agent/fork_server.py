@@ -1,5 +1,5 @@
-"""The fork server's side of handover.py: a process forked from the first agent of a git-lfs
-command, which imports the transfer code once and forks a worker for each agent that hands
+"""The fork server's side of handover.py (what the two say to each other: handover_wire.py): a
+process forked from the first agent of a git-lfs command, which imports the transfer code once and forks a worker for each agent that hands
 itself over. It holds no thread, connection or open database when it forks (`prepare` only
 imports and reads configuration), so each worker starts as a clean copy.
 """
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ..platform.local_sockets import peer_uid
 from ..platform.parent_death import die_with_parent
-from .handover import FORMAT, GO, HANDOVER_WAIT, IDLE_EXIT, MAX_REQUEST, READY, REFUSED, STARTED, STATUS, STDIO, identity
+from .handover_wire import FORMAT, GO, HANDOVER_WAIT, IDLE_EXIT, MAX_REQUEST, READY, REFUSED, STARTED, STATUS, STDIO, identity
 from .lineage import adopt
 from .protocol import Init
 from .stdio import InputLines, ProtocolOut
@@ -27,7 +27,7 @@ from .stdio import InputLines, ProtocolOut
 if TYPE_CHECKING:
     import _socket
 
-    from .handover import Prepare, Serve
+    from .handover_wire import Prepare, Serve
 
 
 def _stop(signum: int, frame: object) -> NoReturn:

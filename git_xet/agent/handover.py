@@ -1,6 +1,6 @@
 """One start-up for all of a command's agents: a fork server imports the transfer code once,
 and each agent's objects are served by a worker forked from it. This is the agents' side; the
-server's is fork_server.py.
+server's is fork_server.py, and what both say to each other is handover_wire.py.
 
 Why: git-lfs starts `lfs.concurrenttransfers` agents (8 by default) for each push or clone, one
 after another, and sends none of them an object before all have answered `init`. Each agent
@@ -42,35 +42,16 @@ from __future__ import annotations
 import _socket
 import marshal
 import os
-import sys
-from _struct import Struct
 
 from ..platform import local_sockets
+from .handover_wire import FORMAT, GO, HANDOVER_WAIT, READY, STARTED, STATUS, STDIO, identity
 from .lineage import lfs_process_id
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~4 ms per agent start
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
-
+    from .handover_wire import Prepare, Serve
     from .protocol import Init
     from .stdio import InputLines, ProtocolOut
-
-    Serve = Callable[[Iterable[str], ProtocolOut, "str | None"], int]
-    Prepare = Callable[[str], None]
-
-HANDOVER_WAIT = 10.0  # seconds an agent waits for the server's answer before serving itself
-IDLE_EXIT = 60.0  # seconds without a request after which the server takes no more (and ends with its workers)
-MAX_REQUEST = 1 << 20
-FORMAT = 1  # of the request; a server of another git-xet refuses a request it cannot read
-STDIO = Struct("3i")  # stdin, stdout (ProtocolOut's: fd 1 is stderr's copy), stderr, as SCM_RIGHTS carries them
-
-# The server's and the worker's answers to an agent; the agent's commitment.
-READY, REFUSED, GO, STARTED, STATUS = b"R", b"N", b"G", b"W", b"S"
-
-
-def identity(init: Init) -> tuple:
-    """What must be equal for a worker forked from one agent's server to serve another agent."""
-    return (sys.executable, tuple(sys.argv), os.getcwd(), tuple(sorted(os.environ.items())), init.operation, init.remote, init.concurrent_transfers)
 
 
 def address(lfs_process: str, operation: str) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from .. import XetError  # not core.errors: one module fewer before `init` is answered
+from ..core.errors import XetError  # imports nothing: the agent pays one small module for it before `init`
 
 # Error codes in `complete` events (git-lfs shows the message; the code is informational).
 ERR_TRANSFER = 2

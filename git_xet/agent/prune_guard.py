@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..core.errors import XetError
-from ..gitcmd import run_git
+from ..platform.gitcmd import run_git
 from ..platform.processes import ProcessInfo, git_lfs_ancestor
 from .endpoints import git_common_dir, git_config
 

@@ -110,7 +110,7 @@ class PushSummary:
     def _append(self, record: dict) -> list[dict]:
         """Append under an exclusive lock; returns this push's records."""
         from ..platform.locks import lock_file
-        from ..private_paths import open_private_append, private_dirs
+        from ..platform.private_paths import open_private_append, private_dirs
 
         private_dirs(self.path.parent.parent, self.path.parent.name, own_base=False)  # not .git itself
         with open_private_append(self.path, read=True) as log:

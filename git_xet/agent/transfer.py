@@ -37,7 +37,7 @@ def _setup_logging() -> logging.Logger:
 
     handler: logging.Handler
     if target:
-        from ..private_paths import open_private_append
+        from ..platform.private_paths import open_private_append
 
         handler = logging.StreamHandler(open_private_append(target))  # 0600: what it logs is the user's
     else:

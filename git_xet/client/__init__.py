@@ -1,4 +1,5 @@
-"""Client layer: talk to a XET store, either a CAS server over HTTP or a local directory."""
+"""Client layer: talk to a XET store (a CAS server over HTTP, a directory store, or a bucket store)
+through one XetBackend interface; store locations are parsed here (location.py)."""
 
 import sys
 

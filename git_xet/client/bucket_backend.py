@@ -357,7 +357,7 @@ class BucketBackend:
         with self._lock:
             self._shards[shard_id] = shard
         if self._cache_root is not None and self._shard_dir is not None:
-            from ..private_paths import tighten_entries
+            from ..platform.private_paths import tighten_entries
             from .shard_cache import cache_dir
 
             try:

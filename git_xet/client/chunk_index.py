@@ -136,7 +136,7 @@ class ChunkIndex:
                 self._open_schema()
 
     def _open_schema(self) -> None:
-        from ..private_paths import create_private_file
+        from ..platform.private_paths import create_private_file
 
         # Private before SQLite opens it: its -wal and -shm files get the database's mode.
         create_private_file(self.path)

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .. import __version__
+from ..version import __version__
 from ..core.checksums import crc64nvme, crc64nvme_of_parts
 from ..core.errors import FormatError
 from ..core.extension import LFS_OBJECTS, UPLOAD_BUNDLES, UPLOAD_STREAM

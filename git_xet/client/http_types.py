@@ -9,7 +9,7 @@ import json as jsonlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from .. import XetError
+from ..core.errors import XetError
 from ..core.scattered import OutgoingBytes
 from .errors import TransferError
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..core.errors import FormatError
 from ..core.shard import Shard, parse_shard
-from ..private_paths import tighten_entries
+from ..platform.private_paths import tighten_entries
 from .chunk_index import INDEX_FILE, ChunkIndex
 
 log = logging.getLogger("git_xet.cache")
@@ -42,7 +42,7 @@ def cache_dir(root: Path, *parts: str) -> Path:
     """`root/parts...`, private to the user (see private_paths): every level below the root is
     git-xet's; the root itself only when it is the default one (a $GIT_XET_CACHE or a caller's
     directory may be theirs: it is created private when missing, never changed otherwise)."""
-    from ..private_paths import private_dirs
+    from ..platform.private_paths import private_dirs
 
     own_root = "GIT_XET_CACHE" not in os.environ and Path(root) == default_cache_root()
     return Path(private_dirs(root, *parts, own_base=own_root))

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from ..client.location import CACHE_LABEL
-from ..gitcmd import run_git
+from ..platform.gitcmd import run_git
 from ..client.shard_cache import ShardCache, default_cache_root
 
 

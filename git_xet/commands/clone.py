@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..gitcmd import run_git
+from ..platform.gitcmd import run_git
 from .install import GitError, Scope, install
 
 SHARED_CONFIG = ".xetconfig"

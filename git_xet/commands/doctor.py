@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pathlib import Path
 
 from ..core.http_headers import bearer
-from ..gitcmd import run_git
+from ..platform.gitcmd import run_git
 from .lfs_keys import PREFIX, direction_problem, miscased_keys
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def _config(key: str) -> str | None:
 
 
 def checks() -> Iterator[Check]:
-    from .. import __version__
+    from ..version import __version__
     from ..core.chunking import NATIVE_AVAILABLE
     from ..core.native import native_disabled
 
@@ -162,7 +162,7 @@ def _ask(method: str, url: str, seconds: float, headers: dict[str, str] | None =
 def server_health(url: str) -> Check:
     """Does `url` answer like `git xet serve` (GET /health)? Doctor's check, and `git xet
     install --standalone URL`'s: a wrong port is found at install, not at the first push."""
-    from .. import XetError
+    from ..core.errors import XetError
 
     try:
         health = _ask("GET", url + "/health", 10)
@@ -260,7 +260,7 @@ def _check_objects_in_repo(url: str, auth: dict[str, str], repo: str) -> Iterato
 
 def _check_native(url: str) -> Iterator[Check]:
     """`--native URL`: our own batch calls with the user's Hub credentials."""
-    from .. import XetError
+    from ..core.errors import XetError
     from ..agent.endpoints import ConfigError, credential_headers, hub_repo, lfs_endpoint
 
     yield Check(True, f"mode: native XET for LFS endpoints under {url}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import XetError
-from ..gitcmd import GitResult, run_git
+from ..platform.gitcmd import GitResult, run_git
 from .lfs_keys import AGENT, registration
 
 SCOPED_URL = "https://{remote}.git-xet.invalid/lfs"

@@ -11,7 +11,7 @@ doctor` reports keys in another case, which a hand edit or another tool may have
 
 from __future__ import annotations
 
-from ..gitcmd import run_git
+from ..platform.gitcmd import run_git
 
 AGENT = "xet"
 PREFIX = f"lfs.customtransfer.{AGENT}."

@@ -16,7 +16,7 @@ def _roff(text: str) -> str:
 
 
 def render(parser: argparse.ArgumentParser) -> str:
-    from .. import __version__
+    from ..version import __version__
 
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {choice.dest: choice.help for choice in sub._choices_actions}

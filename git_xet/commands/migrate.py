@@ -19,11 +19,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+import sys
 from typing import TYPE_CHECKING
 
 from ..core.errors import XetError
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..storage.objects import DirectoryObjectStore
 
 PARALLEL = 8
@@ -110,3 +113,17 @@ def migrate(source: Path, target: str, *, standalone: bool = False, progress: Ca
     finally:
         objects.close()
     return result
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    try:
+        result = migrate(args.source, args.target, standalone=args.standalone, progress=print)
+    except MigrationError as exc:
+        print(f"git-xet migrate: {exc}", file=sys.stderr)
+        return 1
+    print(f"copied {result.copied} objects ({result.bytes_copied} bytes); {result.already_there} were in {args.target} already")
+    if args.standalone:
+        print(f"registered {result.shards_registered} shards; use it with `git xet install --standalone {args.target}`")
+    else:
+        print(f"now run the server as: git xet serve --data {args.source} --objects {args.target}")
+    return 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from ..gitcmd import run_git
+from ..platform.gitcmd import run_git
 from .install import AGENT, GitError
 
 LFS_CONFIG = ".lfsconfig"

@@ -1,5 +1,8 @@
-"""The protocol core's own errors, and XetError, the base of every git-xet error (defined in
-git_xet/__init__.py so that the agent imports nothing more for it; re-exported here).
+"""XetError, the base of every git-xet error, and the protocol core's own errors.
+
+XetError lives here, on the ground floor, so that every layer derives from it by importing
+downward; the package root re-exports it on first use (`git_xet.XetError`). This module imports
+nothing, so the transfer agent pays one small module for it before answering `init`.
 
 Every exception class in git_xet derives from XetError (tests/integration/test_error_tree.py checks it),
 so `except git_xet.XetError` catches whatever git-xet raises on purpose. Each layer has its own
@@ -20,7 +23,10 @@ broad exceptions. Where callers rely on a builtin, a class also derives from it 
 and LocationError are ValueErrors).
 """
 
-from .. import XetError as XetError  # defined in the package root, for the agent's start-up (see there)
+
+class XetError(Exception):
+    """Base class of all git-xet errors: `except git_xet.XetError` catches whatever git-xet
+    raises on purpose."""
 
 
 class FormatError(XetError, ValueError):

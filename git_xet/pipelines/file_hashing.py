@@ -17,7 +17,7 @@ from typing import NamedTuple
 from ..core.chunking import Chunker
 from ..core.hashes import XetHash, chunk_hash, file_hash
 from ..platform.memory import drop_pages
-from ..readahead import readahead
+from ..platform.readahead import readahead
 
 SCAN_BLOCK = 4 * 1024 * 1024
 _QUEUE_DEPTH = 4  # blocks scanned ahead of the consumer: bounds the mapped pages resident

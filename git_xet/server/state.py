@@ -22,7 +22,7 @@ from ..core import hashes
 from ..core.xorb import VerifiedXorb
 from ..storage.cas_store import CasStore, StoredFile
 from ..storage.history import History, open_history
-from ..storage.index_base import open_index
+from ..storage.index_factory import open_index
 from ..storage.s3 import open_s3_objects
 from .auth import KINDS, Claims, Signer, load_secret, presented_token
 from .deprecated import upload_stream_header

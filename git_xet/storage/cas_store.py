@@ -38,9 +38,10 @@ from ..core.errors import FormatError
 from ..core.shard import CasInfo, FileInfo, FileTerm, Shard, parse_shard
 from ..core.xorb import VerifiedXorb, XorbLayout, decode_chunk, parse_chunk_records, verify_xorb
 from .errors import Conflict, Damaged, MissingXorbs, Rejected, StorageFull, TooMuchWork, is_disk_full
-from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, NewXorb, ShardRegistration, StoredFile, open_index
+from .index_base import DEFAULT_REPO, FileRegistration, MetadataIndex, NewXorb, ShardRegistration, StoredFile
+from .index_factory import open_index
 from .objects import DirectoryObjectStore, ObjectStore
-from ..readahead import readahead
+from ..platform.readahead import readahead
 from .work_budget import check_reference_budget
 
 # How often (in bytes of file content) a sha256 verification reports progress.

@@ -24,16 +24,13 @@ Nothing here grows one row per chunk (the Hub's scale rule):
 from __future__ import annotations
 
 import struct
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from ..core.hashes import XetHash, hash_to_hex, hex_to_hash
 from ..core.shard import FileTerm
 from ..core.xorb import XorbLayout
-from .errors import Misconfigured
 
 DEFAULT_REPO = "default"
 # Tables every index holds (stats() counts each), in the order they are described above.
@@ -292,19 +289,3 @@ def copy_index(source: MetadataIndex, target: MetadataIndex, batch: int = 10_000
             target.import_rows(table, rows)
             copied[table] += len(rows)
     return copied
-
-
-def open_index(url: str | None, data_dir: Path, read_only: bool = False) -> MetadataIndex:
-    """The index `url` names (postgresql://...), or the SQLite index in `data_dir` (opened for
-    reading only with `read_only`)."""
-    if url is None:
-        from .index_sqlite import SqliteIndex
-
-        return SqliteIndex(Path(data_dir) / "index.sqlite", read_only=read_only)
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from .index_postgres import PostgresIndex
-        except ImportError as exc:
-            raise Misconfigured(f"a PostgreSQL index needs psycopg ({exc.name}); from a git-xet checkout run: {sys.executable} -m pip install '.[postgres]'") from None
-        return PostgresIndex(url)
-    raise Misconfigured(f"unknown index {url.split(':', 1)[0]!r}: use postgresql://USER@HOST/DB (or leave --index out for SQLite in --data)")

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from git_xet.agent.handover import FORMAT, REFUSED, address
+from git_xet.agent.handover import address
+from git_xet.agent.handover_wire import FORMAT, REFUSED
 from git_xet.client.location import create_local_store
 from tests.support.agent_runs import local_store_env, put_lfs_object
 

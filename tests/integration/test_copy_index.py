@@ -10,7 +10,8 @@ from pathlib import Path
 from git_xet.storage.cas_store import CasStore
 from git_xet.storage.history import COLUMNS as HISTORY_COLUMNS
 from git_xet.storage.history import open_history
-from git_xet.storage.index_base import TABLES, LockRecord, open_index
+from git_xet.storage.index_base import TABLES, LockRecord
+from git_xet.storage.index_factory import open_index
 from tests.integration.test_admin import _register
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import run_git_xet

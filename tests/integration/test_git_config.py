@@ -62,7 +62,7 @@ def test_snapshot_answers_like_git_config_get(repo: Path, writes, reads) -> None
 
 def test_run_git_reports_a_missing_git_as_a_failure(tmp_path: Path) -> None:
     """No git on PATH is an ordinary failed result whose message says so, not a traceback."""
-    from git_xet.gitcmd import NOT_RUN, run_git
+    from git_xet.platform.gitcmd import NOT_RUN, run_git
 
     result = run_git("version", env={"PATH": str(tmp_path)})
     assert (result.ok, result.returncode, result.value()) == (False, NOT_RUN, None)
@@ -72,7 +72,7 @@ def test_run_git_reports_a_missing_git_as_a_failure(tmp_path: Path) -> None:
 def test_run_git_decodes_any_bytes_and_reads_unset_as_none(repo: Path) -> None:
     """A config value that is not UTF-8 comes back decoded with replacements; unset and empty
     values are both None, as `git config --get` means them."""
-    from git_xet.gitcmd import run_git
+    from git_xet.platform.gitcmd import run_git
 
     with open(repo / ".git" / "config", "ab") as out:
         out.write(b"[xet]\n\tlatin = caf\xe9\n\tempty =\n")

@@ -28,7 +28,8 @@ import httpx
 import pytest
 
 from git_xet.core.http_headers import LFS_MEDIA_TYPE
-from git_xet.storage.index_base import LockRecord, MetadataIndex, open_index
+from git_xet.storage.index_base import LockRecord, MetadataIndex
+from git_xet.storage.index_factory import open_index
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import GitEnv, make_git_env, run_git_xet
 from tests.support.postgres_process import Postgres

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_xet.readahead import readahead
+from git_xet.platform.readahead import readahead
 
 NAME = "test-readahead"
 

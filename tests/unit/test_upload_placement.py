@@ -1,4 +1,4 @@
-"""Upload placement (pipelines/upload.py) on generated layouts, in-process on a local store.
+"""Upload placement (pipelines/upload.py, upload_dedup.py) on generated layouts, in-process on a local store.
 
 Expectations are derived independently of the uploader: the files are cut with the core
 chunker and their distinct chunks counted here; what was stored is read back by parsing the
@@ -25,9 +25,10 @@ from git_xet.core.chunking import chunk_boundaries
 from git_xet.core.hashes import chunk_hash
 from git_xet.core.scattered import OutgoingBytes, contiguous
 from git_xet.core.xorb import verify_xorb
-from git_xet.pipelines import upload
+from git_xet.pipelines import upload_dedup
 from git_xet.pipelines.download import download
-from git_xet.pipelines.upload import FRAGMENTATION_HYSTERESIS, FRAGMENTATION_TARGET, FRAGMENTATION_WINDOW, Uploader
+from git_xet.pipelines.upload import Uploader
+from git_xet.pipelines.upload_dedup import FRAGMENTATION_HYSTERESIS, FRAGMENTATION_TARGET, FRAGMENTATION_WINDOW
 
 KIB = 1024
 
@@ -77,7 +78,7 @@ def _files(layout: tuple[list[int], list[list[int]], int]) -> list[bytes]:
 def test_each_distinct_chunk_is_stored_once_and_every_file_comes_back(layout, monkeypatch: pytest.MonkeyPatch) -> None:
     # The fragmentation guard may store a short repeat again on purpose; it is tested on its
     # own below. Without it, a session stores every distinct chunk exactly once.
-    monkeypatch.setattr(upload, "FRAGMENTATION_TARGET", 0.0)
+    monkeypatch.setattr(upload_dedup, "FRAGMENTATION_TARGET", 0.0)
     files = _files(layout)
     distinct: dict[bytes, int] = {}
     for data in files:
@@ -106,7 +107,7 @@ def test_each_distinct_chunk_is_stored_once_and_every_file_comes_back(layout, mo
 def test_files_given_again_in_a_later_session_store_nothing(layout, monkeypatch: pytest.MonkeyPatch) -> None:
     """Through the shard cache, which indexes every chunk: any files (repeating blocks inside
     and across them, runs down to part of one chunk) are found whole in a later session."""
-    monkeypatch.setattr(upload, "FRAGMENTATION_TARGET", 0.0)  # its own tests are below
+    monkeypatch.setattr(upload_dedup, "FRAGMENTATION_TARGET", 0.0)  # its own tests are below
     files = _files(layout)
     with tempfile.TemporaryDirectory() as root:
         store = _RecordingStore(Path(root) / "store")
@@ -135,7 +136,7 @@ def test_the_fragmentation_guard_is_hf_xets(events: list[tuple[bool, int]], runs
     (the open one counted) and a threshold that starts low (TARGET * HYSTERESIS): at or above
     the threshold a match is taken and the threshold goes (back) low; below it, a match shorter
     than the average is refused and the threshold goes up to TARGET; a longer one is taken."""
-    guard = upload._FragmentationGuard()
+    guard = upload_dedup.FragmentationGuard()
     terms: list[int] = []
     low = True
     for new, chunks in events:

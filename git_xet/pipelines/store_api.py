@@ -1,4 +1,5 @@
-"""The public Python API behind `git_xet.open_store` and `git_xet.hash_file` (see __init__.py).
+"""The public Python API behind `git_xet.open_store` and `git_xet.hash_file` (the package root
+re-exports them lazily: see git_xet/__init__.py).
 
 A thin layer over the client backends and the pipelines: the location string is parsed by
 the same parser as `git xet install --standalone` (client/location.py), uploads go through
@@ -14,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from .client.backend import XetBackend
-from .client.location import LocationError, StoreLocation, create_local_store, is_local_store, parse_store_location
-from .client.shard_cache import ShardCache, default_cache_root
-from .core.hashes import hash_to_hex
-from .pipelines.download import DownloadResult, download_to_path
-from .pipelines.file_hashing import hash_file as _hash_file
-from .pipelines.upload import UploadedFile, Uploader
+from ..client.backend import XetBackend
+from ..client.location import LocationError, StoreLocation, create_local_store, is_local_store, parse_store_location
+from ..client.shard_cache import ShardCache, default_cache_root
+from ..core.hashes import hash_to_hex
+from .download import DownloadResult, download_to_path
+from .file_hashing import hash_file as _hash_file
+from .upload import UploadedFile, Uploader
 
 StrPath = str | os.PathLike[str]
 
@@ -100,7 +101,7 @@ def open_store(location: str, *, token: str | None = None, create: bool = False,
     kept (default: $GIT_XET_CACHE or the platform cache directory). Raises LocationError for a
     location that is not one of these forms, TransferError when the store cannot be opened.
     """
-    from .client.errors import TransferError
+    from ..client.errors import TransferError
 
     where = parse_store_location(location)
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_root()
@@ -110,19 +111,19 @@ def open_store(location: str, *, token: str | None = None, create: bool = False,
             create_local_store(path)
         elif not is_local_store(path):
             raise LocationError(f"{path} is not an XET store; pass create=True to make it one, or run `git xet install --standalone {path}`")
-        from .client.local_backend import LocalStoreBackend
+        from ..client.local_backend import LocalStoreBackend
 
         local = LocalStoreBackend(path)
         return Store(where, local, local.close, cache_root)
     if where.kind == "http":
-        from .client.http_backend import HttpCasBackend
-        from .client.tokens import StaticToken
+        from ..client.http_backend import HttpCasBackend
+        from ..client.tokens import StaticToken
 
         http = HttpCasBackend(where.location, StaticToken(token if token is not None else os.environ.get("GIT_XET_TOKEN")), extension=True)
         return Store(where, http, http.close, cache_root)
     # where.kind == "s3"
-    from .client.bucket_backend import BucketBackend, create_bucket_store, open_bucket_objects
-    from .storage.s3 import S3Error
+    from ..client.bucket_backend import BucketBackend, create_bucket_store, open_bucket_objects
+    from ..storage.s3 import S3Error
 
     try:
         objects = open_bucket_objects(where.location)
