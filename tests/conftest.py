@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import Phase, settings
@@ -28,6 +30,54 @@ settings.register_profile("deterministic", derandomize=True, database=None, dead
 settings.register_profile("shrink", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", derandomize=False, database=None, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+
+# What each outside program a test needs is called as a pytest marker (registered, strict, in
+# pyproject.toml), so `pytest -m "not postgres"` leaves out what a machine cannot run. The markers
+# are applied here, not written on each test: a test gets a marker when it asks for the fixture
+# that starts the program, or when its module uses (directly or through a tests.support module)
+# the helper that starts or drives it. A test added later is marked by what it uses. git_lfs is
+# taken only from a test module's own imports: server_process borrows a helper from gitenv
+# without running git-lfs.
+MARKERS_BY_FIXTURE = {"postgres": "postgres", "seaweed": "seaweedfs", "lfs_path": "git_lfs"}
+MARKERS_BY_MODULE = {
+    "tests.support.postgres_process": "postgres",
+    "tests.support.seaweed": "seaweedfs",
+    "tests.support.nginx_process": "nginx",
+    "tests.support.sshd_process": "openssh",
+    "tests.support.hfjs_peer": "node",
+    "tests.support.hf_xet_oracle": "hf_xet",
+    "hf_xet": "hf_xet",
+    "tests.support.gitenv": "git_lfs",
+    "playwright": "chromium",
+}
+
+
+def _module_markers(module: ModuleType, seen: dict[str, set[str]]) -> set[str]:
+    """The markers of what `module` uses: the modules its names come from, followed through
+    tests.support (a support module that starts nginx marks every test module using it)."""
+    if module.__name__ in seen:
+        return seen[module.__name__]
+    found: set[str] = set()
+    seen[module.__name__] = found
+    for value in list(vars(module).values()):
+        source = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+        if not isinstance(source, str):
+            continue
+        found.update(marker for name, marker in MARKERS_BY_MODULE.items() if source == name or source.startswith(name + "."))
+        if source.startswith("tests.support.") and source != module.__name__ and source in sys.modules:
+            found |= _module_markers(sys.modules[source], seen) - {"git_lfs"}
+    return found
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    seen: dict[str, set[str]] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        markers = _module_markers(module, seen) if isinstance(module, ModuleType) else set()
+        markers |= {marker for fixture, marker in MARKERS_BY_FIXTURE.items() if fixture in getattr(item, "fixturenames", ())}
+        for marker in sorted(markers):
+            item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,16 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from git_xet.storage.s3 import S3Config, make_client
 from tests.support.docs_blocks import block, substitute
 from tests.support.gitenv import make_git_env
 
 GRPC_OFFSET = 10000  # SeaweedFS's gRPC port for a service on port p, unless told otherwise
 WAIT = 60  # seconds, for anything to come up or go away
+
+pytestmark = pytest.mark.seaweedfs  # the documented commands start SeaweedFS themselves
 
 
 def _ports_with_grpc_twins(n: int) -> list[int]:

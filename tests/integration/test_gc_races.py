@@ -36,7 +36,7 @@ from tests.support.objects import single_xorb
 GC_CALLS = ("objects.list", "index.iter_xorbs", "index.unreferenced_xorbs", "index.shard_ids", "objects.modified")
 
 
-@pytest.fixture(params=["directory", "bucket", "bucket+postgres"])
+@pytest.fixture(params=["directory", pytest.param("bucket", marks=pytest.mark.seaweedfs), pytest.param("bucket+postgres", marks=[pytest.mark.seaweedfs, pytest.mark.postgres])])
 def new_store(request, tmp_path: Path) -> Iterator[Callable[[], Callable[[], CasStore]]]:
     """A fresh store (one per call: one per generated example) as a function that opens it
     anew, as the pusher and gc, separate clients of one store, do."""

@@ -152,6 +152,7 @@ def test_ready_fails_while_the_object_directory_cannot_be_read(tmp_path: Path) -
         assert httpx.get(f"{server.url}/ready", timeout=30).status_code == 200
 
 
+@pytest.mark.chromium
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (install/services.sh)")
 def test_admin_page_in_a_browser(tmp_path: Path, index_args: list[str]) -> None:
     from playwright.sync_api import sync_playwright

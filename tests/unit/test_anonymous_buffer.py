@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import mmap
-import os
 
 import pytest
 
@@ -16,14 +15,3 @@ def test_buffers_are_private_anonymous_memory() -> None:
     buffer.madvise(mmap.MADV_FREE)  # the kernel refuses MADV_FREE on shared memory (EINVAL)
     with pytest.raises(OSError):
         mmap.mmap(-1, 4 << 20).madvise(mmap.MADV_FREE)  # which is what mmap(-1, n) gives
-
-
-def test_a_forked_child_writes_its_own_copy() -> None:
-    buffer = anonymous_buffer(1 << 20)
-    buffer[:4] = b"mine"
-    pid = os.fork()
-    if pid == 0:
-        buffer[:4] = b"kids"
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert buffer[:4] == b"mine"  # a shared map would read "kids"

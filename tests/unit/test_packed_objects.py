@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -120,28 +118,6 @@ def test_a_packed_write_returns_after_an_fsync_of_the_wal_that_began_after_it(tm
         assert store.put_new(f"xorbs/aa/k{i}", b"x" * 5000)
         returned = time.monotonic()
         assert any(name.endswith(f"{packed_objects.FILE_NAME}-wal") and called <= began and ended <= returned for name, began, ended in fsyncs)
-    store.close()
-
-
-_RACER = """
-import sys
-from git_xet.storage.objects import DirectoryObjectStore
-store = DirectoryObjectStore(sys.argv[1])
-sys.stdin.readline()  # all start together
-print(store.put_new("xorbs/aa/raced", sys.argv[2].encode() * 1000))
-"""
-
-
-def test_writers_in_several_processes_create_a_packed_key_once(tmp_path: Path) -> None:
-    racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(tmp_path), str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(6)]
-    for racer in racers:
-        assert racer.stdin is not None
-        racer.stdin.write("go\n")
-        racer.stdin.flush()
-    results = [racer.communicate(timeout=60)[0].strip() for racer in racers]
-    assert sorted(results) == ["False"] * 5 + ["True"]
-    store = DirectoryObjectStore(tmp_path)
-    assert store.read("xorbs/aa/raced") == str(results.index("True")).encode() * 1000
     store.close()
 
 

@@ -4,7 +4,6 @@ and the forced command's answers (who may have which token)."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from git_xet.client.errors import TransferError
-from git_xet.client.ssh_authenticate import SshAuth, SshCredentials, SshRemote, authenticate, parse_ssh_remote, ssh_command
+from git_xet.client.ssh_authenticate import SshAuth, SshCredentials, SshRemote, parse_ssh_remote, ssh_command
 from git_xet.commands.lfs_authenticate import Grant, Refused, answer, repo_of
 from git_xet.server.auth import Signer
 
@@ -51,23 +50,6 @@ def test_the_ssh_command_is_git_lfs_s() -> None:
     assert ssh_command(REMOTE, "x", {"GIT_SSH": "TortoisePlink.exe"}, no_config)[:3] == ["TortoisePlink.exe", "-batch", "-P"]
     # A host that looks like an option never becomes one.
     assert ssh_command(SshRemote("-oProxyCommand=evil", "", "r"), "x", {}, no_config) == ["ssh", "--", "-oProxyCommand=evil", "x"]
-
-
-def _fake_ssh(tmp: Path, body: str, code: int = 0) -> list[str]:
-    script = tmp / "fake_ssh.py"
-    script.write_text(f"import sys\nsys.stdout.write({body!r})\nsys.stderr.write('said no')\nsys.exit({code})\n")
-    return [sys.executable, str(script)]
-
-
-def test_an_answer_is_read_with_its_expiry(tmp_path: Path) -> None:
-    before = time.time()
-    auth = authenticate(_fake_ssh(tmp_path, json.dumps({"href": "https://h/r.git/info/lfs", "header": {"Authorization": "Bearer t"}, "expires_in": 60})))
-    assert auth.href == "https://h/r.git/info/lfs" and auth.header == {"Authorization": "Bearer t"}
-    assert before + 60 <= auth.expires_at <= time.time() + 60
-    with pytest.raises(TransferError, match="exit code 3: said no"):
-        authenticate(_fake_ssh(tmp_path, "", code=3))
-    with pytest.raises(TransferError, match="not its JSON"):
-        authenticate(_fake_ssh(tmp_path, "Welcome to the shell"))
 
 
 def test_credentials_are_cached_until_they_expire_and_checked_each_time() -> None:
