@@ -25,5 +25,7 @@ for version in 3.10 3.13; do
   fi
   echo "git-xet CI: Python $version ($python): unit tests and git end-to-end tests"
   GIT_XET_VENV="$ROOT/.cache/venv-$version" PYTHON="$python" EXTRAS=test bash -c "source '$ROOT/install/common.sh'"
-  "$ROOT/.cache/venv-$version/bin/python" -m pytest -q -p no:cacheprovider tests/unit tests/integration/test_e2e_git.py
+  # Beside the unit layer: the HTTP client (httpx/httpcore behave per Python) and what an agent imports before init.
+  "$ROOT/.cache/venv-$version/bin/python" -m pytest -q -p no:cacheprovider tests/unit tests/integration/test_e2e_git.py \
+    tests/integration/test_http_client.py tests/integration/test_agent_imports.py
 done

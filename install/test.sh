@@ -12,7 +12,7 @@ cd "$ROOT"
 NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/site"
 bash "$ROOT/install/peers.sh"
 bash "$ROOT/install/services.sh"
-"$VENV/bin/python" -m pytest "$@"
+"$VENV/bin/python" -m pytest --durations=25 "$@"
 # The whole suite (no test path given, as .ci/run calls it): then the portable path and the other
 # Pythons (install/platforms.sh).
 for arg in "$@"; do
