@@ -36,13 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, timed, write_json
 
+import ranged_basic_agent
+
 from tests.support.gitenv import agent_peak_rss, make_git_env, record_agent_rss
 from git_xet.server.workers import default_workers
 from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
 BASIC_SERVERS: dict[str, tuple[str, ...]] = {"git-lfs": (), "git-lfs-checked": ("--verify-sha256",)}  # tool -> lfs_basic_server.py options
-RANGED_CLONE = "clone_ranged_basic"  # git-xet's server, cloned as upstream's git-xet design would (ranged_basic.py)
+RANGED_CLONE = "clone_ranged_basic"  # git-xet's server, cloned through git-lfs with upstream's download design (ranged_basic_agent.py)
 PHASE_KEYS = ("seconds", "client_cpu", "server_cpu", "bytes_in", "bytes_out", "agent_peak_rss_mib")
 
 
@@ -114,11 +116,13 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clones: int = 1, age
             for src in sources:
                 if subprocess.run(["cmp", "-s", str(src), str(clone / src.name)], check=False).returncode:
                     raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
-        if xet_server is not None:  # the same clones by upstream's design: ranged GETs of the basic URL
+        if xet_server is not None:  # the same clones with upstream's design as git-lfs's agent: ranged GETs of the basic URL
+            url, token = xet_server
+            token_file = root / "read-token"
+            token_file.write_text(token)
             for _ in range(clones):
                 shutil.rmtree(clone, ignore_errors=True)
-                url, token = xet_server
-                phase(RANGED_CLONE, [sys.executable, str(Path(__file__).parent / "ranged_basic.py"), "--url", url, "--token", token, "--remote", str(root / "remote.git"), "--dest", str(clone)], root)
+                phase(RANGED_CLONE, ranged_basic_agent.clone_command(url, token_file, root / "remote.git", clone), root)
                 for src in sources:
                     if subprocess.run(["cmp", "-s", str(src), str(clone / src.name)], check=False).returncode:
                         raise RuntimeError(f"ranged basic: the clone's {src.name} differs from what was pushed")

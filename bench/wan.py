@@ -31,12 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MIB, edit_file, machine, median, process_cpu, timed, write_json, write_random_file
 from git_e2e import plain_lfs_server
 
+import ranged_basic_agent
+
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
 PHASES = ("push", "clone", "push_v2", "push_small", "clone_small")
-RANGED_CLONE = "clone_ranged_basic"  # git-xet's server only: upstream's download design (ranged_basic.py)
+RANGED_CLONE = "clone_ranged_basic"  # git-xet's server only: upstream's download design as git-lfs's agent (ranged_basic_agent.py)
 
 
 @contextmanager
@@ -106,10 +108,11 @@ def run_tool(tool: str, root: Path, big: Path, small: list[Path], mbit: float, r
         phase("push", ["git", "push", "-q", "origin", "main"], work)
         phase("clone", ["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root)
         _same_files([big], root / "clone", tool)
-        if ranged is not None:  # the same clone by upstream's git-xet design: ranged GETs of the basic URL
+        if ranged is not None:  # the same clone through git-lfs with upstream's design: ranged GETs of the basic URL
             url, token = ranged
-            cmd = [sys.executable, str(Path(__file__).parent / "ranged_basic.py"), "--url", url, "--token", token, "--remote", str(root / "remote.git"), "--dest", str(root / "clone-ranged")]
-            phase(RANGED_CLONE, cmd, root)
+            token_file = root / "read-token"
+            token_file.write_text(token)
+            phase(RANGED_CLONE, ranged_basic_agent.clone_command(url, token_file, root / "remote.git", root / "clone-ranged"), root)
             _same_files([big], root / "clone-ranged", "ranged basic")
         edit_file(work / big.name, seed=7)
         genv.git("commit", "-qam", "v2", cwd=work)

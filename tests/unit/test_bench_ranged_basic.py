@@ -1,6 +1,6 @@
-"""bench/ranged_basic.py (upstream's git-xet download design, the clone baseline) cuts objects
-as upstream describes: up to 8 ranged GETs of at least 16 MiB each, covering every byte once;
-and its clone row reaches the summary (bench/run_all.py)."""
+"""bench/ranged_basic_agent.py (upstream's git-xet download design as a git-lfs agent, the clone
+baseline) cuts objects as upstream describes: up to 8 ranged GETs of at least 16 MiB each,
+covering every byte once; and its clone row reaches the summary (bench/run_all.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import git_e2e
-import ranged_basic
+import ranged_basic_agent
 import run_all
 
 MIB = 1 << 20
@@ -20,7 +20,7 @@ MIB = 1 << 20
 
 @given(st.one_of(st.integers(0, 40 * MIB), st.integers(0, 1 << 40)))
 def test_parts_are_at_most_8_of_at_least_16_mib_covering_every_byte_once(size: int) -> None:
-    parts = ranged_basic.parts(size)
+    parts = ranged_basic_agent.parts(size)
     assert len(parts) <= 8
     covered = 0
     for first, last in parts:
