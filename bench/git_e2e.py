@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, timed, write_json
+from common import MIB, compile_bytecode, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, timed, write_json
 
 import ranged_basic_agent
 
@@ -142,6 +142,7 @@ def turn_order(tools: tuple[str, ...], repeat: int) -> tuple[str, ...]:
 
 
 def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool, server_workers: int | None = None, clones: int = 1) -> dict:
+    compile_bytecode()
     results: dict[str, list[dict[str, list[dict]]]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
         base = Path(tmp)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, edit_file, machine, median, process_cpu, timed, write_json, write_random_file
+from common import MIB, compile_bytecode, edit_file, machine, median, process_cpu, timed, write_json, write_random_file
 from git_e2e import plain_lfs_server
 
 import ranged_basic_agent
@@ -127,6 +127,7 @@ def run_tool(tool: str, root: Path, big: Path, small: list[Path], mbit: float, r
 
 
 def run(mbit: float, rtt_ms: float, file_mib: int, small_files: int, repeats: int) -> dict:
+    compile_bytecode()
     results: dict[str, list[dict]] = {t: [] for t in TOOLS}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-wan-") as tmp:
         base = Path(tmp)
