@@ -70,21 +70,23 @@ class Agent:
     workers one after another, each once the one before has answered `init`, and most of them
     get no object in a clone of a few files."""
 
-    def __init__(self, url: str, token: str, out: TextIO) -> None:
+    def __init__(self, url: str, token: str, out: TextIO, transport: httpx.BaseTransport | None = None) -> None:
+        self.transport = transport  # tests serve the LFS endpoint in-process
         self.batch_url = f"{url}/git-xet.git/info/lfs/objects/batch"
         self.auth = {"Authorization": f"Bearer {token}"}
         self.out = out
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self._client: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
         self.tmp_dir: Path | None = None
+        self.min_part = MIN_PART
 
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
             import httpx
 
-            self._client = httpx.Client(timeout=600, limits=httpx.Limits(max_connections=PARALLEL))
+            self._client = httpx.Client(timeout=600, limits=httpx.Limits(max_connections=PARALLEL), transport=self.transport)
         return self._client
 
     @property
@@ -121,7 +123,7 @@ class Agent:
         try:
             os.ftruncate(fd, size)
             counts = {"written": 0, "reported": min(1, size)}
-            jobs = [self.pool.submit(self.fetch, action["href"], action.get("header", {}), fd, first, last, oid, counts) for first, last in parts(size)]
+            jobs = [self.pool.submit(self.fetch, action["href"], action.get("header", {}), fd, first, last, oid, counts) for first, last in parts(size, min_part=self.min_part)]
             for job in jobs:
                 job.result()
             if sha256_of(fd) != oid:
@@ -134,22 +136,28 @@ class Agent:
         return name
 
     def fetch(self, href: str, headers: dict[str, str], fd: int, first: int, last: int, oid: str, counts: dict[str, int]) -> None:
-        """One range into its place in `fd`; progress (`counts`: this object's bytes written
-        and reported) as each piece lands."""
+        """One range into its place in `fd`, as it arrives; progress (`counts`: this object's
+        bytes written and reported) each READ_PIECE and at the range's end."""
         offset = first
         with self.client.stream("GET", href, headers={**headers, "Range": f"bytes={first}-{last}"}) as response:
-            response.raise_for_status()
-            for piece in response.iter_bytes(READ_PIECE):
+            if response.status_code != 206:
+                raise RuntimeError(f"range {first}-{last}: HTTP {response.status_code}, not 206")
+            for piece in response.iter_raw():
+                if offset + len(piece) > last + 1:
+                    raise RuntimeError(f"range {first}-{last} came back longer")
                 os.pwrite(fd, piece, offset)
                 offset += len(piece)
-                with self.lock:
-                    counts["written"] += len(piece)
-                    before, now = counts["reported"], max(counts["reported"], counts["written"])
-                    counts["reported"] = now
-                if now > before:
-                    self.send({"event": "progress", "oid": oid, "bytesSoFar": now, "bytesSinceLast": now - before})
+                self.progress(oid, counts, len(piece), offset == last + 1)
         if offset != last + 1:
             raise RuntimeError(f"range {first}-{last} came back with {offset - first} bytes")
+
+    def progress(self, oid: str, counts: dict[str, int], written: int, flush: bool) -> None:
+        with self.lock:  # reentrant: reports leave in the order they were counted
+            counts["written"] += written
+            now, before = counts["written"], counts["reported"]
+            if now > before and (now - before >= READ_PIECE or flush):
+                counts["reported"] = now
+                self.send({"event": "progress", "oid": oid, "bytesSoFar": now, "bytesSinceLast": now - before})
 
     def serve(self, lines: TextIO) -> None:
         for line in lines:
