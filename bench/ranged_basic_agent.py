@@ -6,7 +6,8 @@ git-xet proposes; issue 41 §5).
     git clone $(python bench/ranged_basic_agent.py ...)   # see clone_command()
 
 git-lfs runs it as a standalone agent (`lfs.customtransfer.ranged.*`,
-`lfs.standalonetransferagent=ranged`), exactly where it runs ours: for each download request
+`lfs.standalonetransferagent=ranged`; started through ranged_basic_agent.sh, which answers
+`init` as our launcher does), exactly where it runs ours: for each download request
 the agent asks `git xet serve`'s LFS endpoint (URL/git-xet.git/info/lfs, the standalone repo)
 for the object's basic href, fetches its ranges into a temp file under .git/lfs/tmp, checks its
 sha256 and answers with the path; git-lfs then re-hashes it, moves it into .git/lfs/objects and
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -52,9 +55,10 @@ def clone_command(url: str, token_file: Path, remote: Path, dest: Path) -> list[
     """`git clone` of `remote` into `dest` with this agent as git-lfs's standalone agent for
     `url` (a `git xet serve` URL; `token_file` holds a read token). `-c` outranks the global
     config that points git-lfs at our agent."""
-    args = f"{Path(__file__).resolve()} --url {url} --token-file {token_file}"
+    here = Path(__file__).resolve()
+    args = f"{here.with_suffix('.sh')} {sys.executable} {here} --url {url} --token-file {token_file}"
     keys = {
-        f"lfs.customtransfer.{NAME}.path": sys.executable,
+        f"lfs.customtransfer.{NAME}.path": "sh",
         f"lfs.customtransfer.{NAME}.args": args,
         f"lfs.customtransfer.{NAME}.concurrent": "true",
         f"lfs.customtransfer.{NAME}.direction": "download",
@@ -159,7 +163,7 @@ class Agent:
                 counts["reported"] = now
                 self.send({"event": "progress", "oid": oid, "bytesSoFar": now, "bytesSinceLast": now - before})
 
-    def serve(self, lines: TextIO) -> None:
+    def serve(self, lines: Iterable[str]) -> None:
         for line in lines:
             msg = json.loads(line)
             event = msg.get("event")
@@ -196,7 +200,9 @@ def main() -> int:
     parser.add_argument("--url", required=True, help="the `git xet serve` URL")
     parser.add_argument("--token-file", required=True, type=Path, help="a file holding a read token of the server")
     args = parser.parse_args()
-    Agent(args.url, args.token_file.read_text().strip(), sys.stdout).serve(sys.stdin)
+    first = os.environ.pop("RANGED_FIRST_REQUEST", None)  # the launcher answered `init`
+    lines = itertools.chain([first], sys.stdin) if first is not None else sys.stdin
+    Agent(args.url, args.token_file.read_text().strip(), sys.stdout).serve(lines)
     return 0
 
 
