@@ -12,8 +12,10 @@ Each repeat starts fresh servers, a fresh HOME and fresh caches, and each timed 
 with the page cache written back (common.timed). Per tool: push v1 of
 `--files` random files, clone it `--clones` times into a fresh directory (smudge downloads
 everything: neither tool keeps a download cache), then push v2 with one file edited (1% in
-ten places plus a 1 KiB insertion). The tools take turns, each repeat starting one tool later
-(turn_order). One clone here varies by +-10-25% from the next, so with the two tools at about the
+ten places plus a 1 KiB insertion). For git-xet, the same `--clones` clones are then made with
+upstream's git-xet download design as git-lfs's standalone agent (ranged_basic_agent.py: up to
+8 ranged GETs of the basic URL per object, same server), the row "ranged basic". The tools
+take turns, each repeat starting one tool later (turn_order). One clone here varies by +-10-25% from the next, so with the two tools at about the
 same time a median of three cannot tell which is faster; `--clones 3` gives each tool nine
 clones in three runs. Reports median wall time (over every clone), CPU seconds
 (user + sys) of the git command's whole process tree (git, git-lfs, our agents) and of the

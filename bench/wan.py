@@ -5,7 +5,9 @@
 Each tool's server sits behind bench/shaping_proxy.py on 127.0.0.1 (both directions limited
 to --mbit, --rtt-ms added per round trip); git talks only to the proxy. Per repeat and tool,
 with fresh servers, HOME and caches:
-  new:      push a new --file-mib random file, then clone it (smudge downloads it)
+  new:      push a new --file-mib random file, then clone it (smudge downloads it); for
+            git-xet, clone it again with upstream's download design as git-lfs's agent
+            (ranged_basic_agent.py: up to 8 ranged GETs of the basic URL, same proxy and server)
   v2:       push a v2 of that file, 1% edited in ten places plus a 1 KiB insertion
   small:    push --small-files files of 1-64 KiB into a fresh repository, then clone them
 Reports medians of wall time and ratios (git-xet / git-lfs), and the proxy's CPU use over
