@@ -3,6 +3,7 @@ bytes a server received from its request log."""
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import random
@@ -19,6 +20,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 MIB = 1 << 20
+
+
+def compile_bytecode() -> None:
+    """Byte-compile git_xet as installing a wheel does. Python writes the .pyc files on first
+    import too, unless PYTHONDONTWRITEBYTECODE is set (as in some CI and sandbox shells): then
+    every agent git-lfs starts would compile ~100 modules from source, a cost no installed copy
+    pays, and no baseline either (git-lfs is Go; pip byte-compiles what it installs). Called
+    before timing by git_e2e.py, wan.py and many_files.py."""
+    import git_xet
+
+    compileall.compile_dir(Path(git_xet.__file__).parent, quiet=1)
 
 
 def settle_disk() -> None:

@@ -12,8 +12,10 @@ Each repeat starts fresh servers, a fresh HOME and fresh caches, and each timed 
 with the page cache written back (common.timed). Per tool: push v1 of
 `--files` random files, clone it `--clones` times into a fresh directory (smudge downloads
 everything: neither tool keeps a download cache), then push v2 with one file edited (1% in
-ten places plus a 1 KiB insertion). The tools take turns, each repeat starting one tool later
-(turn_order). One clone here varies by +-10-25% from the next, so with the two tools at about the
+ten places plus a 1 KiB insertion). For git-xet, the same `--clones` clones are then made with
+upstream's git-xet download design as git-lfs's standalone agent (ranged_basic_agent.py: up to
+8 ranged GETs of the basic URL per object, same server), the row "ranged basic". The tools
+take turns, each repeat starting one tool later (turn_order). One clone here varies by +-10-25% from the next, so with the two tools at about the
 same time a median of three cannot tell which is faster; `--clones 3` gives each tool nine
 clones in three runs. Reports median wall time (over every clone), CPU seconds
 (user + sys) of the git command's whole process tree (git, git-lfs, our agents) and of the
@@ -34,7 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, timed, write_json
+from common import MIB, compile_bytecode, RequestLog, children_cpu, edit_file, lfs_repo_with, machine, median, model_files, process_cpu, timed, write_json
+
+import ranged_basic_agent
 
 from tests.support.gitenv import agent_peak_rss, make_git_env, record_agent_rss
 from git_xet.server.workers import DEFAULT_WORKERS
@@ -42,7 +46,7 @@ from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
 BASIC_SERVERS: dict[str, tuple[str, ...]] = {"git-lfs": (), "git-lfs-checked": ("--verify-sha256",)}  # tool -> lfs_basic_server.py options
-RANGED_CLONE = "clone_ranged_basic"  # git-xet's server, cloned as upstream's git-xet design would (ranged_basic.py)
+RANGED_CLONE = "clone_ranged_basic"  # git-xet's server, cloned through git-lfs with upstream's download design (ranged_basic_agent.py)
 PHASE_KEYS = ("seconds", "client_cpu", "server_cpu", "bytes_in", "bytes_out", "agent_peak_rss_mib")
 
 
@@ -114,11 +118,13 @@ def run_tool(tool: str, root: Path, sources: list[Path], *, clones: int = 1, age
             for src in sources:
                 if subprocess.run(["cmp", "-s", str(src), str(clone / src.name)], check=False).returncode:
                     raise RuntimeError(f"{tool}: the clone's {src.name} differs from what was pushed")
-        if xet_server is not None:  # the same clones by upstream's design: ranged GETs of the basic URL
+        if xet_server is not None:  # the same clones with upstream's design as git-lfs's agent: ranged GETs of the basic URL
+            url, token = xet_server
+            token_file = root / "read-token"
+            token_file.write_text(token)
             for _ in range(clones):
                 shutil.rmtree(clone, ignore_errors=True)
-                url, token = xet_server
-                phase(RANGED_CLONE, [sys.executable, str(Path(__file__).parent / "ranged_basic.py"), "--url", url, "--token", token, "--remote", str(root / "remote.git"), "--dest", str(clone)], root)
+                phase(RANGED_CLONE, ranged_basic_agent.clone_command(url, token_file, root / "remote.git", clone), root)
                 for src in sources:
                     if subprocess.run(["cmp", "-s", str(src), str(clone / src.name)], check=False).returncode:
                         raise RuntimeError(f"ranged basic: the clone's {src.name} differs from what was pushed")
@@ -138,6 +144,7 @@ def turn_order(tools: tuple[str, ...], repeat: int) -> tuple[str, ...]:
 
 
 def run(files: int, file_mib: int, repeats: int, tools: tuple[str, ...], agent_rss: bool, server_workers: int | None = None, clones: int = 1) -> dict:
+    compile_bytecode()
     results: dict[str, list[dict[str, list[dict]]]] = {t: [] for t in tools}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-git-") as tmp:
         base = Path(tmp)

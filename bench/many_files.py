@@ -37,7 +37,6 @@ baseline's server, like the Gitea a user runs, answers before its file is synced
 from __future__ import annotations
 
 import argparse
-import compileall
 import random
 import shlex
 import shutil
@@ -49,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import children_cpu, lfs_repo_with, machine, median, process_cpu, timed, write_json
+from common import children_cpu, compile_bytecode, lfs_repo_with, machine, median, process_cpu, timed, write_json
 from git_e2e import plain_lfs_server
 
 from tests.support.gitenv import GitEnv, make_git_env
@@ -153,16 +152,6 @@ def run_round(session: Session, run_root: Path, sources: list[Path]) -> dict[str
         if (run_root / "clone" / src.name).read_bytes() != src.read_bytes():
             raise RuntimeError(f"{session.tool}: the clone's {src.name} differs from what was pushed")
     return measured
-
-
-def compile_bytecode() -> None:
-    """Byte-compile git_xet as installing a wheel does. Python writes the .pyc files on first
-    import too, unless PYTHONDONTWRITEBYTECODE is set (as in some CI and sandbox shells): then
-    every one of the eight agents git-lfs starts would compile ~100 modules from source, a cost
-    no installed copy pays."""
-    import git_xet
-
-    compileall.compile_dir(Path(git_xet.__file__).parent, quiet=1)
 
 
 def run(files: int, repeats: int, tools: tuple[str, ...], server_workers: int | None = None, before: frozenset[str] = frozenset()) -> dict:

@@ -107,7 +107,7 @@ def git_e2e_rows(g: dict) -> list[str]:
             basic += _spread(g["tools"]["git-lfs"][phase])
         rows.append(_row(what, ours, basic, o / b, f"<= {target}" if target else "", o <= target * b if target else None))
     ranged = g["tools"]["git-xet"].get("clone_ranged_basic")
-    if ranged is not None:  # upstream's git-xet download design: 8 ranged GETs of the basic URL, same server
+    if ranged is not None:  # upstream's git-xet download design as git-lfs's agent: 8 ranged GETs of the basic URL, same server
         o = g["tools"]["git-xet"]["clone"]
         what = f"git clone {label} vs 8 ranged basic GETs (s, median of {clones}: lowest-highest)"
         rows.append(_row(what, f"{o['seconds']:.2f}{_spread(o)}", f"ranged basic {ranged['seconds']:.2f}{_spread(ranged)}", o["seconds"] / ranged["seconds"], "<= 1.0", o["seconds"] <= ranged["seconds"]))
@@ -207,7 +207,7 @@ def summarize(results: dict[str, dict]) -> str:
             o, b = w["tools"]["git-xet"][phase]["seconds"], w["tools"]["git-lfs"][phase]["seconds"]
             rows.append(_row(what, f"{o:.2f}", f"git-lfs basic {b:.2f}", o / b, f"<= {target}" if target else "", o <= target * b if target else None))
         ranged = w["tools"]["git-xet"].get("clone_ranged_basic")
-        if ranged is not None:
+        if ranged is not None:  # the same, over the shaped link
             o, r = w["tools"]["git-xet"]["clone"]["seconds"], ranged["seconds"]
             rows.append(_row(f"{link}: clone {w['file_mib']} MiB vs 8 ranged basic GETs (s)", f"{o:.2f}", f"ranged basic {r:.2f}", o / r, "<= 1.0", o <= r))
         proxy = max(t[p]["proxy_cpu_per_s"] for t in w["tools"].values() for p in names)

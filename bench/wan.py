@@ -5,7 +5,9 @@
 Each tool's server sits behind bench/shaping_proxy.py on 127.0.0.1 (both directions limited
 to --mbit, --rtt-ms added per round trip); git talks only to the proxy. Per repeat and tool,
 with fresh servers, HOME and caches:
-  new:      push a new --file-mib random file, then clone it (smudge downloads it)
+  new:      push a new --file-mib random file, then clone it (smudge downloads it); for
+            git-xet, clone it again with upstream's download design as git-lfs's agent
+            (ranged_basic_agent.py: up to 8 ranged GETs of the basic URL, same proxy and server)
   v2:       push a v2 of that file, 1% edited in ten places plus a 1 KiB insertion
   small:    push --small-files files of 1-64 KiB into a fresh repository, then clone them
 Reports medians of wall time and ratios (git-xet / git-lfs), and the proxy's CPU use over
@@ -28,15 +30,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MIB, edit_file, machine, median, process_cpu, timed, write_json, write_random_file
+from common import MIB, compile_bytecode, edit_file, machine, median, process_cpu, timed, write_json, write_random_file
 from git_e2e import plain_lfs_server
+
+import ranged_basic_agent
 
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.server_process import running_server
 
 TOOLS = ("git-xet", "git-lfs")
 PHASES = ("push", "clone", "push_v2", "push_small", "clone_small")
-RANGED_CLONE = "clone_ranged_basic"  # git-xet's server only: upstream's download design (ranged_basic.py)
+RANGED_CLONE = "clone_ranged_basic"  # git-xet's server only: upstream's download design as git-lfs's agent (ranged_basic_agent.py)
 
 
 @contextmanager
@@ -106,10 +110,11 @@ def run_tool(tool: str, root: Path, big: Path, small: list[Path], mbit: float, r
         phase("push", ["git", "push", "-q", "origin", "main"], work)
         phase("clone", ["git", "clone", "-q", str(root / "remote.git"), str(root / "clone")], root)
         _same_files([big], root / "clone", tool)
-        if ranged is not None:  # the same clone by upstream's git-xet design: ranged GETs of the basic URL
+        if ranged is not None:  # the same clone through git-lfs with upstream's design: ranged GETs of the basic URL
             url, token = ranged
-            cmd = [sys.executable, str(Path(__file__).parent / "ranged_basic.py"), "--url", url, "--token", token, "--remote", str(root / "remote.git"), "--dest", str(root / "clone-ranged")]
-            phase(RANGED_CLONE, cmd, root)
+            token_file = root / "read-token"
+            token_file.write_text(token)
+            phase(RANGED_CLONE, ranged_basic_agent.clone_command(url, token_file, root / "remote.git", root / "clone-ranged"), root)
             _same_files([big], root / "clone-ranged", "ranged basic")
         edit_file(work / big.name, seed=7)
         genv.git("commit", "-qam", "v2", cwd=work)
@@ -124,6 +129,7 @@ def run_tool(tool: str, root: Path, big: Path, small: list[Path], mbit: float, r
 
 
 def run(mbit: float, rtt_ms: float, file_mib: int, small_files: int, repeats: int) -> dict:
+    compile_bytecode()
     results: dict[str, list[dict]] = {t: [] for t in TOOLS}
     with tempfile.TemporaryDirectory(prefix="git-xet-bench-wan-") as tmp:
         base = Path(tmp)
