@@ -36,6 +36,8 @@ from .endpoints import (
     ssh_remote,
     standalone_target,
 )
+from .prefetch import WINDOW as PREFETCH_WINDOW
+from .prefetch import DownloadPrefetch
 from .protocol import Transfer
 
 if TYPE_CHECKING:
@@ -123,6 +125,7 @@ class StoreRouter:
         self._backends: dict[str, XetBackend] = {}
         self._target: StandaloneTarget | None = None
         self._endpoint: tuple[str, dict[str, str]] | None = None  # see _own_endpoint
+        self._prefetch: DownloadPrefetch | None = None  # see _download_prefetch
 
     def _standalone_target(self) -> StandaloneTarget:
         """The configured store, read once: the configuration an agent starts with is the one
@@ -187,13 +190,15 @@ class StoreRouter:
         if configured_endpoint() is not None:
             backend = self._standalone_backend(self._standalone_target())
             return [oid for oid, size in objects if backend.file_for_sha256(oid, size) is None]
-        from ..client.lfs_batch import batch_one
+        from ..client.lfs_batch import batch_many
 
         endpoint = lfs_endpoint(self.remote)
         creds = credential_headers(endpoint)
+        answers = []
+        for start in range(0, len(objects), PREFETCH_WINDOW):  # as many per call as git-lfs asks
+            answers += batch_many(self.http(), endpoint, "download", ["basic"], objects[start : start + PREFETCH_WINDOW], creds)
         absent = []
-        for oid, size in objects:
-            answer = batch_one(self.http(), endpoint, "download", ["basic"], oid, size, creds)
+        for (oid, _), answer in zip(objects, answers):
             refusal = answer.error_message()
             if refusal is not None and answer.error_code() != 404:
                 raise TransferError(f"the LFS server says about {oid[:12]}: {refusal}")
@@ -292,9 +297,12 @@ class StoreRouter:
         # Downloads: the Hub answers `basic` with a cas-bridge href whatever is offered; asking
         # for exactly that keeps one path for the Hub and for servers that would offer more.
         transfers = ["xet"] if req.operation == "upload" else ["basic"]
-        from ..client.lfs_batch import batch_one
+        if req.operation == "download":
+            answer = self._download_prefetch(endpoint, creds).answer(req.oid, req.size)
+        else:
+            from ..client.lfs_batch import batch_one
 
-        answer = batch_one(self.http(), endpoint, req.operation, transfers, req.oid, req.size, creds)
+            answer = batch_one(self.http(), endpoint, req.operation, transfers, req.oid, req.size, creds)
         refusal = answer.error_message()
         if refusal is not None:
             raise TransferError(f"the LFS server says: {refusal}")
@@ -323,6 +331,16 @@ class StoreRouter:
             backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
             self._backends[f"cas:{cas}"] = self._backends[f"read:{route}"] = backend
         return backend, lambda oid: file_hex
+
+    def _download_prefetch(self, endpoint: str, creds: dict[str, str]) -> DownloadPrefetch:
+        """Download answers asked a window of the checkout's pointers at a time (prefetch.py):
+        one batch call per hundred objects, not per object."""
+        if self._prefetch is None:
+            from ..client.lfs_batch import batch_many
+
+            http = self.http()
+            self._prefetch = DownloadPrefetch(lambda objects: batch_many(http, endpoint, "download", ["basic"], objects, creds))
+        return self._prefetch
 
     def _own_endpoint(self) -> tuple[str, dict[str, str]]:
         """The remote's LFS endpoint and the user's credential for it, found once per agent:
