@@ -1,12 +1,13 @@
-"""Download answers from the LFS batch API a window of objects at a time (issue 41 §4).
+"""Answers from the LFS batch API a window of objects at a time (issue 41 §4).
 
 git-lfs hands a custom agent one object at a time, so an agent that asks the remote's batch
 API itself (`install --native`) made one batch round per object: 1003 objects took 15.7 s to
 clone where git-lfs's own batching (100 objects a call) took 8.9 s. The agent cannot see
 git-lfs's queue, but it can guess it: the LFS pointers of the checked-out commit (what a clone,
-`git lfs pull` and `git lfs checkout` fetch). On a download it has no answer for, it asks for
-that object and the next WINDOW - 1 pointers it has not asked about, in one call, and keeps
-the answers that offer a download. A wrong guess costs entries in a call already made; an
+`git lfs pull` and `git lfs checkout` fetch, and what a push of new work usually sends). On an
+object it has no answer for, it asks for that object and the next WINDOW - 1 pointers it has
+not asked about, in one call, and keeps the answers worth keeping (a download's action; an
+upload's action or "already stored"). A wrong guess costs entries in a call already made; an
 object outside the guess (another ref, a pointer added since) is asked on its own, as before.
 """
 
@@ -63,10 +64,12 @@ def checkout_pointers(rev: str = "HEAD") -> list[tuple[str, int]]:
     return list(pointers.items())
 
 
-class DownloadPrefetch:
-    """Batch answers for downloads, asked WINDOW objects at a time in pointer order."""
+class BatchPrefetch:
+    """Batch answers for one operation ("download" or "upload"), asked WINDOW objects at a time
+    in pointer order."""
 
-    def __init__(self, ask: Ask, pointers: Callable[[], list[tuple[str, int]]] = checkout_pointers) -> None:
+    def __init__(self, operation: str, ask: Ask, pointers: Callable[[], list[tuple[str, int]]] = checkout_pointers) -> None:
+        self._operation = operation
         self._ask = ask
         self._pointers = pointers
         self._order: list[tuple[str, int]] | None = None  # read on the first download
@@ -77,8 +80,8 @@ class DownloadPrefetch:
 
     def answer(self, oid: str, size: int) -> BatchObject:
         """The batch answer for (oid, size): kept from an earlier call, or from a new call that
-        also asks for the next pointers. Only answers that offer a download are kept: an error
-        is asked again on its own, so it is reported for the object it concerns."""
+        also asks for the next pointers. An error is not kept (asked again on its own, it is
+        reported for the object it concerns), nor a download answer without an action."""
         kept = self._answers.pop(oid, None)
         if kept is not None:
             return kept
@@ -90,7 +93,7 @@ class DownloadPrefetch:
         for (other, _), answer in zip(window, answers):
             if other == oid:
                 mine = answer
-            elif answer.error_message() is None and answer.action("download") is not None:
+            elif answer.error_message() is None and (self._operation == "upload" or answer.action("download") is not None):
                 self._answers[other] = answer
         assert mine is not None  # the window starts with oid
         return mine
@@ -98,7 +101,7 @@ class DownloadPrefetch:
     def _next_after(self, oid: str) -> list[tuple[str, int]]:
         if self._order is None:
             self._order = self._pointers()
-            log.debug("batching downloads over the checkout's %d LFS pointers", len(self._order))
+            log.debug("batching %ss over the checkout's %d LFS pointers", self._operation, len(self._order))
             self._position = {o: i for i, (o, _) in enumerate(self._order)}
         if len(self._asked) >= len(self._order):
             return []

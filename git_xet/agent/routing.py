@@ -37,7 +37,7 @@ from .endpoints import (
     standalone_target,
 )
 from .prefetch import WINDOW as PREFETCH_WINDOW
-from .prefetch import DownloadPrefetch
+from .prefetch import BatchPrefetch
 from .protocol import Transfer
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class StoreRouter:
         self._backends: dict[str, XetBackend] = {}
         self._target: StandaloneTarget | None = None
         self._endpoint: tuple[str, dict[str, str]] | None = None  # see _own_endpoint
-        self._prefetch: DownloadPrefetch | None = None  # see _download_prefetch
+        self._prefetch: dict[str, BatchPrefetch] = {}  # per operation, see _batch_prefetch
 
     def _standalone_target(self) -> StandaloneTarget:
         """The configured store, read once: the configuration an agent starts with is the one
@@ -297,12 +297,7 @@ class StoreRouter:
         # Downloads: the Hub answers `basic` with a cas-bridge href whatever is offered; asking
         # for exactly that keeps one path for the Hub and for servers that would offer more.
         transfers = ["xet"] if req.operation == "upload" else ["basic"]
-        if req.operation == "download":
-            answer = self._download_prefetch(endpoint, creds).answer(req.oid, req.size)
-        else:
-            from ..client.lfs_batch import batch_one
-
-            answer = batch_one(self.http(), endpoint, req.operation, transfers, req.oid, req.size, creds)
+        answer = self._batch_prefetch(req.operation, transfers, endpoint, creds).answer(req.oid, req.size)
         refusal = answer.error_message()
         if refusal is not None:
             raise TransferError(f"the LFS server says: {refusal}")
@@ -332,15 +327,17 @@ class StoreRouter:
             self._backends[f"cas:{cas}"] = self._backends[f"read:{route}"] = backend
         return backend, lambda oid: file_hex
 
-    def _download_prefetch(self, endpoint: str, creds: dict[str, str]) -> DownloadPrefetch:
-        """Download answers asked a window of the checkout's pointers at a time (prefetch.py):
-        one batch call per hundred objects, not per object."""
-        if self._prefetch is None:
+    def _batch_prefetch(self, operation: str, transfers: list[str], endpoint: str, creds: dict[str, str]) -> BatchPrefetch:
+        """Batch answers asked a window of the checkout's pointers at a time (prefetch.py): one
+        call per hundred objects, not per object."""
+        prefetch = self._prefetch.get(operation)
+        if prefetch is None:
             from ..client.lfs_batch import batch_many
 
             http = self.http()
-            self._prefetch = DownloadPrefetch(lambda objects: batch_many(http, endpoint, "download", ["basic"], objects, creds))
-        return self._prefetch
+            prefetch = BatchPrefetch(operation, lambda objects: batch_many(http, endpoint, operation, transfers, objects, creds))
+            self._prefetch[operation] = prefetch
+        return prefetch
 
     def _own_endpoint(self) -> tuple[str, dict[str, str]]:
         """The remote's LFS endpoint and the user's credential for it, found once per agent:

@@ -1,12 +1,12 @@
-"""`--native` clones ask the LFS batch API a hundred objects at a time, not once per object
-(issue 41 §4).
+"""`--native` pushes and clones ask the LFS batch API a hundred objects at a time, not once per
+object (issue 41 §4).
 
 Real git and git-lfs (3.3.0 and 3.6.1) clone a commit of generated LFS files through our agent
 in `install --native` mode, our server on 127.0.0.1 acting as the Hub. git-lfs hands each of
 its agents one object at a time; the agent used to make one batch call per object. Now its
-first download asks for that object and the next pointers of the checkout (agent/prefetch.py):
-every agent asks about each object at most once, so a clone makes at most
-agents x ceil(files / 99) + agents batch calls, and every file arrives intact.
+first upload or download asks for that object and the next pointers of the checkout
+(agent/prefetch.py): every agent asks about each object at most once, so a push or a clone
+makes at most agents x (ceil(files / 100) + 1) batch calls, and every file arrives intact.
 """
 
 from __future__ import annotations
@@ -48,10 +48,12 @@ def test_native_clone_batches_downloads(files: int, tmp_path: Path, lfs_path: st
         g.git("config", "--global", "lfs.concurrenttransfers", str(AGENTS))
         work = g.lfs_work_tree(contents)
         g.git("push", "-q", "origin", "main", cwd=work)
-        before = _batch_calls(srv)
+        pushed = srv.log_once_it_has("objects/batch") and _batch_calls(srv)
 
         g.git("clone", "-q", "remote.git", "clone")
         for name, data in contents.items():
             assert (g.root / "clone" / name).read_bytes() == data, name
-        calls = srv.log_once_it_has("objects/batch", before + 1) and _batch_calls(srv) - before
-    assert calls <= AGENTS * (math.ceil(files / 99) + 1), f"{calls} batch calls to clone {files} objects"
+        cloned = srv.log_once_it_has("objects/batch", pushed + 1) and _batch_calls(srv) - pushed
+    bound = AGENTS * (math.ceil(files / 100) + 1)
+    assert pushed <= bound, f"{pushed} batch calls to push {files} objects"
+    assert cloned <= bound, f"{cloned} batch calls to clone {files} objects"

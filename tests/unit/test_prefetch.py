@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_xet.agent.prefetch import WINDOW, DownloadPrefetch
+from git_xet.agent.prefetch import WINDOW, BatchPrefetch
 from git_xet.client.lfs_batch import BatchObject
 
 
@@ -30,23 +30,27 @@ def _scenarios(draw: st.DrawFn) -> tuple[list[tuple[str, int]], list[str], set[s
 
 
 @settings(max_examples=150)
-@given(_scenarios())
-def test_each_answer_is_its_own_and_windows_cover_the_pointers(scenario: tuple[list[tuple[str, int]], list[str], set[str]]) -> None:
+@given(_scenarios(), st.sampled_from(["download", "upload"]))
+def test_each_answer_is_its_own_and_windows_cover_the_pointers(scenario: tuple[list[tuple[str, int]], list[str], set[str]], operation: str) -> None:
+    """Uploads keep "already stored" answers (no action) too: half the objects here."""
     pointers, requested, errors = scenario
     calls: list[list[str]] = []
 
     def ask(objects: Sequence[tuple[str, int]]) -> list[BatchObject]:
         calls.append([o for o, _ in objects])
-        return [
-            BatchObject("basic", {"oid": o, "error": {"code": 404, "message": "gone"}} if o in errors else {"oid": o, "actions": {"download": {"href": f"x/{o}"}}})
-            for o, _ in objects
-        ]
+        return [BatchObject("basic", _entry(o)) for o, _ in objects]
 
-    prefetch = DownloadPrefetch(ask, lambda: list(pointers))
+    def _entry(o: str) -> dict:
+        if o in errors:
+            return {"oid": o, "error": {"code": 404, "message": "gone"}}
+        if operation == "upload" and int(o, 16) % 2:
+            return {"oid": o}  # already stored
+        return {"oid": o, "actions": {operation: {"href": f"x/{o}"}}}
+
+    prefetch = BatchPrefetch(operation, ask, lambda: list(pointers))
     for oid in requested:
         answer = prefetch.answer(oid, 1)
-        assert answer.entry["oid"] == oid
-        assert (answer.error_message() is not None) == (oid in errors)
+        assert answer.entry == _entry(oid)
     for call in calls:
         assert len(call) == len(set(call)) <= WINDOW
     asked = [o for call in calls for o in call]
