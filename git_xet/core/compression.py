@@ -127,14 +127,16 @@ def compress_chunk(data: bytes | memoryview, preferred: CompressionScheme) -> tu
     (then `data` itself comes back, uncopied).
 
     The shortest of a few LZ4 frames: hf-xet's encoder (lz4_flex) picks other matches than
-    liblz4, and no single liblz4 mode is always as short, so fast mode runs twice (streaming
-    and one-shot per block). On clearly compressible chunks (text, tables, sparse data) LZ4HC
-    is tried too: a third shorter than either. Incompressible or barely compressible chunks
-    (most weights) pay only the fast passes, which give up quickly on noise.
+    liblz4, and no single liblz4 mode is always as short, so a chunk of one 64 KiB block that
+    fast mode shrinks is compressed again one-shot (a denser match index below 64 KiB). On clearly compressible chunks (text, tables,
+    sparse data) LZ4HC is tried too: a third shorter than either. An incompressible chunk
+    (most weights) pays one fast pass, which gives up quickly on noise.
     """
     if preferred is not CompressionScheme.NONE:
         source = bg4_split(data) if preferred is CompressionScheme.BG4_LZ4 else data
-        packed = min(_lz4_compress(source), _lz4_independent_blocks(source), key=len)
+        packed = _lz4_compress(source)
+        if len(packed) < len(data) <= _BLOCK:  # one block, compressible: one-shot may do better
+            packed = min(packed, _lz4_independent_blocks(source), key=len)
         if len(packed) < HC_TRY_BELOW * len(data):
             packed = min(packed, _lz4_compress(source, HC_LEVEL), key=len)
         if len(packed) < len(data):
