@@ -25,7 +25,11 @@ if TYPE_CHECKING:  # the HTTP stack loads only for HTTP stores (routing.py)
 log = logging.getLogger("git_xet.agent")
 
 WINDOW = 100  # objects per batch call, as git-lfs sends
-MAX_POINTER_BYTES = 1024  # git-lfs reads a blob this small or smaller as a possible pointer
+# A pointer without extensions is 126-145 bytes (version, oid and size lines); only blobs of
+# that size are read, at most MAX_CANDIDATES of them (~15 MB of `git cat-file`), so a tree of
+# many small source files costs a bounded read. Pointers past the cap are asked one by one.
+POINTER_SIZES = range(126, 146)
+MAX_CANDIDATES = 100_000
 _POINTER = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize ([0-9]+)\n")
 _GIT_TIMEOUT = 60.0
 
@@ -41,8 +45,10 @@ def checkout_pointers(rev: str = "HEAD") -> list[tuple[str, int]]:
         for entry in tree.split(b"\0"):
             meta, _, _path = entry.partition(b"\t")
             fields = meta.split()
-            if len(fields) == 4 and fields[1] == b"blob" and fields[3].isdigit() and int(fields[3]) <= MAX_POINTER_BYTES:
+            if len(fields) == 4 and fields[1] == b"blob" and fields[3].isdigit() and int(fields[3]) in POINTER_SIZES:
                 blobs.append(fields[2])
+                if len(blobs) == MAX_CANDIDATES:
+                    break
         if not blobs:
             return []
         out = subprocess.run(["git", "cat-file", "--batch"], input=b"\n".join(blobs) + b"\n", capture_output=True, timeout=_GIT_TIMEOUT, check=True).stdout
