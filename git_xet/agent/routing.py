@@ -36,6 +36,8 @@ from .endpoints import (
     ssh_remote,
     standalone_target,
 )
+from .prefetch import WINDOW as PREFETCH_WINDOW
+from .prefetch import BatchPrefetch
 from .protocol import Transfer
 
 if TYPE_CHECKING:
@@ -125,6 +127,7 @@ class StoreRouter:
         self._backends: dict[str, XetBackend] = {}
         self._target: StandaloneTarget | None = None
         self._endpoint: tuple[str, dict[str, str]] | None = None  # see _own_endpoint
+        self._prefetch: dict[str, BatchPrefetch] = {}  # per operation, see _batch_prefetch
 
     def _standalone_target(self) -> StandaloneTarget:
         """The configured store, read once: the configuration an agent starts with is the one
@@ -189,13 +192,15 @@ class StoreRouter:
         if configured_endpoint() is not None:
             backend = self._standalone_backend(self._standalone_target())
             return [oid for oid, size in objects if backend.file_for_sha256(oid, size) is None]
-        from ..client.lfs_batch import batch_one
+        from ..client.lfs_batch import batch_many
 
         endpoint = lfs_endpoint(self.remote)
         creds = credential_headers(endpoint)
+        answers = []
+        for start in range(0, len(objects), PREFETCH_WINDOW):  # as many per call as git-lfs asks
+            answers += batch_many(self.http(), endpoint, "download", ["basic"], objects[start : start + PREFETCH_WINDOW], creds)
         absent = []
-        for oid, size in objects:
-            answer = batch_one(self.http(), endpoint, "download", ["basic"], oid, size, creds)
+        for (oid, _), answer in zip(objects, answers):
             refusal = answer.error_message()
             if refusal is not None and answer.error_code() != 404:
                 raise TransferError(f"the LFS server says about {oid[:12]}: {refusal}")
@@ -294,9 +299,7 @@ class StoreRouter:
         # Downloads: the Hub answers `basic` with a cas-bridge href whatever is offered; asking
         # for exactly that keeps one path for the Hub and for servers that would offer more.
         transfers = ["xet"] if req.operation == "upload" else ["basic"]
-        from ..client.lfs_batch import batch_one
-
-        answer = batch_one(self.http(), endpoint, req.operation, transfers, req.oid, req.size, creds)
+        answer = self._batch_prefetch(req.operation, transfers, endpoint, creds).answer(req.oid, req.size)
         refusal = answer.error_message()
         if refusal is not None:
             raise TransferError(f"the LFS server says: {refusal}")
@@ -325,6 +328,18 @@ class StoreRouter:
             backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
             self._backends[f"cas:{cas}"] = self._backends[f"read:{route}"] = backend
         return backend, lambda oid: file_hex
+
+    def _batch_prefetch(self, operation: str, transfers: list[str], endpoint: str, creds: dict[str, str]) -> BatchPrefetch:
+        """Batch answers asked a window of the checkout's pointers at a time (prefetch.py): one
+        call per hundred objects, not per object."""
+        prefetch = self._prefetch.get(operation)
+        if prefetch is None:
+            from ..client.lfs_batch import batch_many
+
+            http = self.http()
+            prefetch = BatchPrefetch(operation, lambda objects: batch_many(http, endpoint, operation, transfers, objects, creds))
+            self._prefetch[operation] = prefetch
+        return prefetch
 
     def _own_endpoint(self) -> tuple[str, dict[str, str]]:
         """The remote's LFS endpoint and the user's credential for it, found once per agent:

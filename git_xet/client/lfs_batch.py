@@ -8,6 +8,7 @@ busy server is waited for instead of failing the push.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..core.http_headers import FILE_HASH, LFS_MEDIA_TYPE, header_value
@@ -16,7 +17,7 @@ from .http_errors import status_error
 from .retry import Outage, RetryPolicy, with_retries
 from .http_types import HttpClient, Response
 
-MAX_BATCH_ANSWER_BYTES = 1 << 20  # one object's entry; a larger answer is refused unread
+MAX_BATCH_ANSWER_BYTES = 1 << 20  # per object asked; a larger answer is refused unread
 
 
 class BatchObject(NamedTuple):
@@ -61,19 +62,34 @@ def batch_one(
     policy: RetryPolicy | None = None,
     outage: Outage | None = None,
 ) -> BatchObject:
-    """POST one object to `{endpoint}/objects/batch`. A refused call raises the client error
-    for its status (http_errors.status_error) with the server's reason (401/403: the caller
-    adds the fix); a per-object error is left in the answer for the caller to judge. `outage`:
-    the retry budget this call draws on (client/retry.py; its own when None)."""
+    """POST one object to `{endpoint}/objects/batch` (see batch_many)."""
+    return batch_many(http, endpoint, operation, transfers, [(oid, size)], headers, policy, outage)[0]
+
+
+def batch_many(
+    http: HttpClient,
+    endpoint: str,
+    operation: str,
+    transfers: list[str],
+    objects: Sequence[tuple[str, int]],
+    headers: dict[str, str],
+    policy: RetryPolicy | None = None,
+    outage: Outage | None = None,
+) -> list[BatchObject]:
+    """POST (oid, size) `objects` to `{endpoint}/objects/batch` in one call; their answers in
+    the same order (an object the server left out gets a per-object error). A refused call
+    raises the client error for its status (http_errors.status_error) with the server's reason
+    (401/403: the caller adds the fix); a per-object error is left in the answer for the caller
+    to judge. `outage`: the retry budget this call draws on (client/retry.py; its own when None)."""
     what = f"LFS batch request to {endpoint}"
 
     def attempt() -> Response:
         resp = http.request(
             "POST",
             f"{endpoint}/objects/batch",
-            json={"operation": operation, "transfers": transfers, "objects": [{"oid": oid, "size": size}], "hash_algo": "sha256"},
+            json={"operation": operation, "transfers": transfers, "objects": [{"oid": o, "size": n} for o, n in objects], "hash_algo": "sha256"},
             headers={"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE, **headers},
-            limit=MAX_BATCH_ANSWER_BYTES,
+            limit=MAX_BATCH_ANSWER_BYTES * len(objects),
         )
         if resp.status_code != 200:
             raise status_error(what, resp)  # 429/5xx: retried
@@ -82,9 +98,11 @@ def batch_one(
     resp = with_retries(what, attempt, policy or RetryPolicy.from_env(), outage, endpoint)
     try:
         body = resp.json()
-        entry = body["objects"][0]
-        if not isinstance(entry, dict):
-            raise TypeError
+        listed = body["objects"]
+        if len(objects) == 1 and len(listed) == 1 and isinstance(listed[0], dict):
+            return [BatchObject(body.get("transfer"), listed[0])]  # one object: its answer, however it names it
+        entries = {entry["oid"]: entry for entry in listed if isinstance(entry, dict)}
     except (ValueError, KeyError, IndexError, TypeError):
         raise TransferError(f"the LFS server {endpoint} answered the batch request with something unexpected", retryable=True) from None
-    return BatchObject(body.get("transfer"), entry)
+    left_out = {"error": {"message": "the LFS server's batch answer left this object out"}}
+    return [BatchObject(body.get("transfer"), entries.get(oid, left_out)) for oid, _ in objects]

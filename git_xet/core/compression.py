@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from enum import IntEnum
 
+import lz4.block
 import lz4.frame
 
 from .constants import MAX_CHUNK_SIZE
@@ -43,8 +44,41 @@ def bg4_join(grouped: bytes | memoryview, length: int) -> bytes:
     return bytes(out)
 
 
-def _lz4_compress(data: bytes | memoryview) -> bytes:
-    return lz4.frame.compress(data, store_size=True)
+# The frame header leaves out the content size (the chunk header has it): 8 bytes a chunk fewer
+# than python-lz4's default. Every LZ4 frame decoder (lz4_flex in hf-xet, lz4js in
+# huggingface.js, liblz4 here) reads each of the three encodings below.
+HC_LEVEL = 3
+# LZ4HC is tried on chunks that fast LZ4 shrinks below this share of their size.
+HC_TRY_BELOW = 0.75
+_BLOCK = 64 * 1024
+# Frame descriptor for independent 64 KiB blocks without content size: FLG, BD, header checksum.
+_INDEPENDENT_HEADER = bytes.fromhex("04224d18604082")
+_RAW_BLOCK_FLAG = 0x80000000
+
+
+def _lz4_compress(data: bytes | memoryview, level: int = 0) -> bytes:
+    """One LZ4 frame: fast mode with linked 64 KiB blocks, or LZ4HC (`level`) in one block per
+    chunk (at most 128 KiB), which encodes a long run shortest."""
+    if level:
+        return lz4.frame.compress(data, compression_level=level, store_size=False, block_size=lz4.frame.BLOCKSIZE_MAX256KB)
+    return lz4.frame.compress(data, store_size=False)
+
+
+def _lz4_independent_blocks(data: bytes | memoryview) -> bytes:
+    """One LZ4 frame of independently compressed 64 KiB blocks, hf-xet's layout (lz4_flex's
+    default). liblz4's one-shot block compressor indexes a block under 64 KiB more densely than
+    its streaming mode, so on small chunks this frame is often the shorter one."""
+    out = bytearray(_INDEPENDENT_HEADER)
+    view = memoryview(data)
+    for start in range(0, len(view), _BLOCK):
+        block = view[start : start + _BLOCK]
+        packed = lz4.block.compress(block, store_size=False)
+        if len(packed) < len(block):
+            out += len(packed).to_bytes(4, "little") + packed
+        else:
+            out += (len(block) | _RAW_BLOCK_FLAG).to_bytes(4, "little") + block
+    out += bytes(4)  # end mark
+    return bytes(out)
 
 
 def _lz4_decompress(payload: bytes | memoryview, size: int) -> bytes:
@@ -90,9 +124,21 @@ def decompress(payload: bytes | memoryview, scheme: int, uncompressed_size: int)
 
 def compress_chunk(data: bytes | memoryview, preferred: CompressionScheme) -> tuple[CompressionScheme, bytes | memoryview]:
     """Compress with `preferred`, or store raw when that does not make the chunk smaller
-    (then `data` itself comes back, uncopied)."""
+    (then `data` itself comes back, uncopied).
+
+    The shortest of a few LZ4 frames: hf-xet's encoder (lz4_flex) picks other matches than
+    liblz4, and no single liblz4 mode is always as short, so a chunk of one 64 KiB block that
+    fast mode shrinks is compressed again one-shot (a denser match index below 64 KiB). On clearly compressible chunks (text, tables,
+    sparse data) LZ4HC is tried too: a third shorter than either. An incompressible chunk
+    (most weights) pays one fast pass, which gives up quickly on noise.
+    """
     if preferred is not CompressionScheme.NONE:
-        packed = compress(data, preferred)
+        source = bg4_split(data) if preferred is CompressionScheme.BG4_LZ4 else data
+        packed = _lz4_compress(source)
+        if len(packed) < len(data) <= _BLOCK:  # one block, compressible: one-shot may do better
+            packed = min(packed, _lz4_independent_blocks(source), key=len)
+        if len(packed) < HC_TRY_BELOW * len(data):
+            packed = min(packed, _lz4_compress(source, HC_LEVEL), key=len)
         if len(packed) < len(data):
             return preferred, packed
     return CompressionScheme.NONE, data
@@ -144,13 +190,15 @@ def bg4_recommended(sample: bytes | memoryview) -> bool:
     max_kl = 0.0
     for hist in histograms:
         total = sum(hist)
-        if total == 0:
+        if 0 in hist:
+            # xet-core sums p * ln(p / q) over all nine counts: an empty one makes the sum NaN
+            # (0 * -inf), and Rust's f64::max keeps the other operand, so such a lane never
+            # decides. Matched here, or equal chunks would get different schemes than hf-xet's.
             continue
         kl = 0.0
         for j in range(9):
-            if hist[j]:
-                p = hist[j] / total
-                kl += p * math.log(p / (pooled[j] / pooled_total))
+            p = hist[j] / total
+            kl += p * math.log(p / (pooled[j] / pooled_total))
         max_kl = max(max_kl, kl)
     return max_kl > BG4_KL_THRESHOLD
 

@@ -20,9 +20,9 @@ from .scattered import ScatteredBytes
 
 CHUNK_HEADER_SIZE = 8
 CHUNK_FORMAT_VERSION = 0
-# One compression decision per run of chunks, as xet-core does: the predictor is cheap but
-# not free, and neighbouring chunks of one file tend to share structure. When the run's first
-# chunk does not shrink, the rest of the run is stored raw without trying (see XorbBuilder.add).
+# The BG4 predictor runs on the first chunk of each run of this many, as xet-core's default
+# (HF_XET_XORB_COMPRESSION_SCHEME_RETEST_INTERVAL) does; every chunk of the run is then
+# compressed with the predicted scheme, and stored raw if that does not shrink it.
 CHUNKS_PER_COMPRESSION_DECISION = 32
 
 _FOOTER_IDENT = b"XETBLOB"
@@ -324,8 +324,9 @@ class PackedXorb(NamedTuple):
 class XorbBuilder:
     """Accumulates chunks into one xorb within the 64 MiB / 8192-chunk limits.
 
-    Compression is decided once per CHUNKS_PER_COMPRESSION_DECISION chunks by the BG4
-    predictor; a chunk that does not shrink is stored raw.
+    Compression follows xet-core: the BG4 predictor picks the scheme for each run of
+    CHUNKS_PER_COMPRESSION_DECISION chunks, and each chunk is compressed with it (raw when
+    that does not shrink it), so equal chunks get a body no larger than hf-xet's.
 
     Without a buffer the builder grows its own and `build()` returns a contiguous body. Given
     a reusable `buffer` of MAX_XORB_BODY_BYTES (e.g. an anonymous mmap), it writes only the
@@ -369,13 +370,7 @@ class XorbBuilder:
         return self.num_chunks < MAX_XORB_CHUNKS and self._unpacked_size + size <= MAX_XORB_BYTES
 
     def add(self, data: bytes | memoryview, digest: XetHash | None = None) -> int:
-        """Append a chunk; returns its index in the xorb. Check can_add first.
-
-        The first chunk of each run of CHUNKS_PER_COMPRESSION_DECISION picks the scheme (BG4
-        predictor) and is compressed with it; if that did not shrink it, the run's other
-        chunks are stored raw without trying: on incompressible data (most model weights)
-        that spares an LZ4 pass per chunk, and a compressible stretch costs at most one run.
-        """
+        """Append a chunk; returns its index in the xorb. Check can_add first."""
         size = len(data)
         if not 0 < size <= MAX_CHUNK_SIZE:
             raise ValueError(f"chunk size {size} outside 1..{MAX_CHUNK_SIZE}")
@@ -383,12 +378,8 @@ class XorbBuilder:
             raise ValueError("xorb is full")
         index = len(self._hashes)
         if index % CHUNKS_PER_COMPRESSION_DECISION == 0:
-            scheme, payload = compress_chunk(data, predict_scheme(data))
-            self._scheme = scheme
-        elif self._scheme is not CompressionScheme.NONE:
-            scheme, payload = compress_chunk(data, self._scheme)
-        else:
-            scheme, payload = CompressionScheme.NONE, data
+            self._scheme = predict_scheme(data)
+        scheme, payload = compress_chunk(data, self._scheme)
         header = (CHUNK_FORMAT_VERSION | len(payload) << 8, scheme | size << 8)
         if self._owns_buffer:
             assert isinstance(self._buffer, bytearray)  # only a buffer of its own grows

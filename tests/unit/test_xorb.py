@@ -26,9 +26,9 @@ def _sample_chunks() -> list[bytes]:
     return list(iter_chunks([data]))
 
 
-def test_compression_is_tried_per_run_of_chunks() -> None:
-    """A run whose first chunk does not shrink is stored raw; in a run whose first chunk does,
-    every chunk is compressed when that makes it smaller."""
+def test_compression_scheme_is_predicted_per_run_and_tried_on_every_chunk() -> None:
+    """As xet-core: the run's first chunk picks the scheme; every chunk of the run, even after
+    a first chunk stored raw, is compressed with it where that shrinks it."""
     run = xorb.CHUNKS_PER_COMPRESSION_DECISION
     noise = [random_bytes(9000 + k, k) for k in range(2 * run)]
     zeros = [bytes(9000 + k) for k in range(2 * run)]
@@ -36,7 +36,7 @@ def test_compression_is_tried_per_run_of_chunks() -> None:
     second = [zeros[run]] + [zeros[k] if k % 2 else noise[k] for k in range(run + 1, 2 * run)]
     built = _build(first + second)
     schemes = [r.scheme for r in xorb.parse_xorb(built.body).records]
-    assert schemes[:run] == [0] * run
+    assert schemes[:run] == [0] + [1 if k % 2 else 0 for k in range(1, run)]
     assert schemes[run:] == [1] + [1 if k % 2 else 0 for k in range(run + 1, 2 * run)]
     assert xorb.decode_all_chunks(built.body, xorb.parse_xorb(built.body).records) == first + second
 
@@ -51,24 +51,18 @@ _KINDS = {
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.sampled_from(sorted(_KINDS)), min_size=1, max_size=70))
 def test_compression_policy_over_runs(kinds: list[str]) -> None:
-    """Every record's scheme follows the per-run policy, derived here from the compression
-    primitives alone: a run's first chunk gets the predicted scheme if that shrinks it; the
-    rest of the run tries the same scheme, or nothing when the first chunk stayed raw."""
-    from git_xet.core.compression import CompressionScheme, compress_chunk, predict_scheme
+    """Every record's scheme follows xet-core's policy, derived here from the compression
+    primitives alone: a run's first chunk predicts the scheme; each chunk of the run gets it
+    if that shrinks the chunk, and is stored raw otherwise."""
+    from git_xet.core.compression import compress_chunk, predict_scheme
 
     chunks = [_KINDS[kind](k) for k, kind in enumerate(kinds)]
     built = _build(chunks)
     records = xorb.parse_xorb(built.body).records
-    run_scheme = CompressionScheme.NONE
     for i, (chunk, record) in enumerate(zip(chunks, records)):
         if i % xorb.CHUNKS_PER_COMPRESSION_DECISION == 0:
-            run_scheme = compress_chunk(chunk, predict_scheme(chunk))[0]
-            expected = run_scheme
-        elif run_scheme is CompressionScheme.NONE:
-            expected = CompressionScheme.NONE
-        else:
-            expected = compress_chunk(chunk, run_scheme)[0]
-        assert record.scheme == expected, i
+            run_scheme = predict_scheme(chunk)
+        assert record.scheme == compress_chunk(chunk, run_scheme)[0], i
     assert xorb.decode_all_chunks(built.body, records) == chunks
 
 

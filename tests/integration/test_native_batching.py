@@ -1,0 +1,59 @@
+"""`--native` pushes and clones ask the LFS batch API a hundred objects at a time, not once per
+object (issue 41 §4).
+
+Real git and git-lfs (3.3.0 and 3.6.1) clone a commit of generated LFS files through our agent
+in `install --native` mode, our server on 127.0.0.1 acting as the Hub. git-lfs hands each of
+its agents one object at a time; the agent used to make one batch call per object. Now its
+first upload or download asks for that object and the next pointers of the checkout
+(agent/prefetch.py): every agent asks about each object at most once, so a push or a clone
+makes at most agents x (ceil(files / 100) + 1) batch calls, and every file arrives intact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.support.datagen import random_bytes
+from tests.support.gitenv import make_git_env
+from tests.support.server_process import RunningServer, running_server
+
+AGENTS = 8  # git-lfs's default lfs.concurrenttransfers, set explicitly below
+
+
+def _batch_calls(server: RunningServer) -> int:
+    calls = 0
+    for line in server.log().splitlines():
+        start = line.find("{")
+        if start >= 0 and '"path"' in line:
+            entry = json.loads(line[start:])
+            calls += entry["path"].endswith("/info/lfs/objects/batch") and entry.get("method", "POST") == "POST"
+    return calls
+
+
+@pytest.mark.parametrize("files", [150])
+def test_native_clone_batches_downloads(files: int, tmp_path: Path, lfs_path: str) -> None:
+    tmp = tmp_path
+    g = make_git_env(tmp)
+    g.env["PATH"] = lfs_path + g.env["PATH"]
+    contents = {f"f{i:04d}.bin": random_bytes(1000 + 37 * i, files * 10_000 + i) for i in range(files)}
+    with running_server(tmp / "srv" / "data") as srv:
+        user_token = srv.token("write", repo="acme/model")
+        g.git_xet("install", "--native", srv.url)
+        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+        g.git("config", "--global", "lfs.url", f"{srv.url}/acme/model.git/info/lfs")
+        g.git("config", "--global", "lfs.concurrenttransfers", str(AGENTS))
+        work = g.lfs_work_tree(contents)
+        g.git("push", "-q", "origin", "main", cwd=work)
+        pushed = srv.log_once_it_has("objects/batch") and _batch_calls(srv)
+
+        g.git("clone", "-q", "remote.git", "clone")
+        for name, data in contents.items():
+            assert (g.root / "clone" / name).read_bytes() == data, name
+        cloned = srv.log_once_it_has("objects/batch", pushed + 1) and _batch_calls(srv) - pushed
+    bound = AGENTS * (math.ceil(files / 100) + 1)
+    assert pushed <= bound, f"{pushed} batch calls to push {files} objects"
+    assert cloned <= bound, f"{cloned} batch calls to clone {files} objects"
