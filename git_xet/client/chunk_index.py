@@ -13,7 +13,7 @@ each plain chunk hash and expire with the answer.
 Why SQLite: a lookup reads one leaf page per level (below), so the cost per agent stays flat at
 1 TiB of history (bench/cache_scale.py). Why levels: a random insert per chunk straight into one
 big table dirtied a leaf page per chunk once the table outgrew the page cache, so an add cost more
-as the history grew (4 -> 22 ms CPU per 1024-chunk xorb over 2,000 xorbs). New entries now go to
+as the history grew (4 -> 22 ms CPU per 1024-chunk xorb over 2,000 xorbs; now 4 -> 6). New entries now go to
 a small level 0 (`fresh`, level 0), which is merged in key order into the next, eight times larger,
 level when full, and so on down to `entries` (the bulk), which takes a level only once that level
 holds an eighth of it: a merge in key order writes each leaf of its target once, so each entry
@@ -52,7 +52,7 @@ _ENTRY_BYTES = 24  # accounted size of one entry (B-tree cell and slack)
 _XORB_BYTES = 96  # accounted size of one xorb row besides its chunk list
 _XORB_CACHE = 32  # xorb chunk lists kept in memory per process (<= 256 KiB each)
 _KEYS_REFRESH = 30.0  # seconds between re-reads of the active global dedup keys
-_LEVEL0 = 1 << 16  # entries level 0 holds before its merge (64 xorbs of 1024 chunks, ~1.5 MiB)
+_LEVEL0 = 1 << 15  # entries level 0 holds before its merge (32 xorbs of 1024 chunks, < 1 MiB)
 _FANOUT = 8  # each level holds this many times the one above; `entries` at least as much
 _MERGED = -1  # the `counts` row of `entries`
 _CACHE_KIB = 8192  # page cache per connection, filled only as pages are used: holds level 0
