@@ -368,19 +368,26 @@ class ChunkIndex:
         found: list[tuple[CachedXorb, int] | None] = [None] * len(chunks)
         prefixes = list(wanted)
         conn = self._connection()
-        levels = self._levels(conn)
-        for start in range(0, len(prefixes), 500):  # SQLite's bound-parameter limit is far above
-            part = prefixes[start : start + 500]
-            marks = ",".join("?" * len(part))
-            # Newest first: a key in several levels takes the entry of the lowest one.
-            rows = conn.execute(f"SELECT k, loc FROM fresh WHERE level IN ({','.join('?' * len(levels))}) AND k IN ({marks}) ORDER BY level", levels + part).fetchall()
-            rows += conn.execute(f"SELECT k, loc FROM entries WHERE k IN ({marks})", part).fetchall()
-            for prefix, loc in rows:
-                xorb = self._xorb(loc >> _INDEX_BITS)
-                index = loc & ((1 << _INDEX_BITS) - 1)
-                for n, digest, key in wanted[prefix]:
-                    if found[n] is None and xorb is not None and xorb.key == key and xorb.hashes.startswith(digest, 32 * index):
-                        found[n] = (xorb, index)
+        rows: list[tuple[int, int]] = []
+        # One read transaction: a merge by another writer moves rows between levels, and a
+        # lookup that saw the levels before it and the rows after it would miss them.
+        conn.execute("BEGIN")
+        try:
+            levels = self._levels(conn)
+            for start in range(0, len(prefixes), 500):  # SQLite's bound-parameter limit is far above
+                part = prefixes[start : start + 500]
+                marks = ",".join("?" * len(part))
+                # Newest first: a key in several levels takes the entry of the lowest one.
+                rows += conn.execute(f"SELECT k, loc FROM fresh WHERE level IN ({','.join('?' * len(levels))}) AND k IN ({marks}) ORDER BY level", levels + part).fetchall()
+                rows += conn.execute(f"SELECT k, loc FROM entries WHERE k IN ({marks})", part).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        for prefix, loc in rows:
+            xorb = self._xorb(loc >> _INDEX_BITS)
+            index = loc & ((1 << _INDEX_BITS) - 1)
+            for n, digest, key in wanted[prefix]:
+                if found[n] is None and xorb is not None and xorb.key == key and xorb.hashes.startswith(digest, 32 * index):
+                    found[n] = (xorb, index)
         return found
 
     def _xorb(self, xid: int) -> CachedXorb | None:
