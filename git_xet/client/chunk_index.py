@@ -11,15 +11,17 @@ docs/benchmarks.md.) Entries of HMAC-keyed global dedup answers are looked up by
 each plain chunk hash and expire with the answer.
 
 Why SQLite: a lookup reads one leaf page per level (below), so the cost per agent stays flat at
-1 TiB of history (bench/cache_scale.py). Why levels: a random insert per chunk straight into one
-big table dirtied a leaf page per chunk once the table outgrew the page cache, so an add cost more
-as the history grew (4 -> 22 ms CPU per 1024-chunk xorb over 2,000 xorbs; now 4 -> 6). New entries now go to
-a small level 0 (`fresh`, level 0), which is merged in key order into the next, eight times larger,
-level when full, and so on down to `entries` (the bulk), which takes a level only once that level
-holds an eighth of it: a merge in key order writes each leaf of its target once, so each entry
-costs a few page writes per level, whatever the history (an LSM tree, as LevelDB's). SQLite in WAL mode gives many concurrent readers and
+1 TiB of history (bench/cache_scale.py). SQLite in WAL mode gives many concurrent readers and
 writers (agents, pushes) and crash safety: a writer killed mid-transaction leaves nothing
 behind but a rolled-back journal.
+
+Why levels (an LSM tree, as LevelDB's): a random insert per chunk straight into one big table
+dirtied a leaf page per chunk once the table outgrew the page cache, so an add cost more as the
+history grew (4 -> 22 ms CPU per 1024-chunk xorb over 2,000 xorbs; now 4 -> 5). New entries go
+to level 0 of the `fresh` table, merged in key order into the next, eight times larger, level when
+full, and so on down to `entries` (the bulk), which takes the deepest level once that holds an
+eighth of it. A merge in key order writes each leaf of its target once, so an entry costs a few
+page writes per level it passes (one more level per 8x more history), whatever the history.
 
 Entries are keyed by the first 8 bytes of the chunk hash; a hit is accepted only if the full
 32-byte hash in the xorb's list matches, so prefix collisions cost a miss, never a wrong match.
@@ -194,7 +196,7 @@ class ChunkIndex:
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            # No mmap: pages are read into SQLite's small per-connection cache, so resident
+            # No mmap: pages are read into SQLite's per-connection cache (_CACHE_KIB), so resident
             # memory does not grow with the index however many lookups touch it.
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
