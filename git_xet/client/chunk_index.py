@@ -10,11 +10,18 @@ sampled chunk, and sent short stretches again: up to 1.42x hf-xet's bytes on rea
 docs/benchmarks.md.) Entries of HMAC-keyed global dedup answers are looked up by the HMAC of
 each plain chunk hash and expire with the answer.
 
-Why SQLite: a random B-tree insert per chunk (1024 per 64 MiB xorb) costs a few MiB of WAL per
-xorb, far less than the xorb itself, and a lookup one leaf page, so the cost per agent stays flat
-at 1 TiB of history (bench/cache_scale.py). SQLite in WAL mode gives many concurrent readers and
+Why SQLite: a lookup reads one leaf page per level (below), so the cost per agent stays flat at
+1 TiB of history (bench/cache_scale.py). SQLite in WAL mode gives many concurrent readers and
 writers (agents, pushes) and crash safety: a writer killed mid-transaction leaves nothing
 behind but a rolled-back journal.
+
+Why levels (an LSM tree, as LevelDB's): a random insert per chunk straight into one big table
+dirtied a leaf page per chunk once the table outgrew the page cache, so an add cost more as the
+history grew (4 -> 22 ms CPU per 1024-chunk xorb over 2,000 xorbs; now 4 -> 5). New entries go
+to level 0 of the `fresh` table, merged in key order into the next, eight times larger, level when
+full, and so on down to `entries` (the bulk), which takes the deepest level once that holds an
+eighth of it. A merge in key order writes each leaf of its target once, so an entry costs a few
+page writes per level it passes (one more level per 8x more history), whatever the history.
 
 Entries are keyed by the first 8 bytes of the chunk hash; a hit is accepted only if the full
 32-byte hash in the xorb's list matches, so prefix collisions cost a miss, never a wrong match.
@@ -47,6 +54,10 @@ _ENTRY_BYTES = 24  # accounted size of one entry (B-tree cell and slack)
 _XORB_BYTES = 96  # accounted size of one xorb row besides its chunk list
 _XORB_CACHE = 32  # xorb chunk lists kept in memory per process (<= 256 KiB each)
 _KEYS_REFRESH = 30.0  # seconds between re-reads of the active global dedup keys
+_LEVEL0 = 1 << 15  # entries level 0 holds before its merge (32 xorbs of 1024 chunks, < 1 MiB)
+_FANOUT = 8  # each level holds this many times the one above; `entries` at least as much
+_MERGED = -1  # the `counts` row of `entries`
+_CACHE_KIB = 8192  # page cache per connection, filled only as pages are used: holds level 0
 _PLAIN = b""  # the `key` column of plainly hashed xorbs (not NULL: NULLs are never UNIQUE)
 
 _SCHEMA = """
@@ -64,6 +75,16 @@ CREATE TABLE IF NOT EXISTS entries (
     k INTEGER PRIMARY KEY,           -- chunk hash bytes 0..8, little-endian, signed
     loc INTEGER NOT NULL             -- xorb id << 13 | chunk index
 );
+CREATE TABLE IF NOT EXISTS fresh (   -- the levels above `entries`: a lower level is newer
+    level INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    loc INTEGER NOT NULL,
+    PRIMARY KEY (level, k)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counts (
+    level INTEGER PRIMARY KEY,       -- a level of `fresh`, or -1: `entries`
+    rows INTEGER NOT NULL            -- rows put there (an upper bound: replaced rows count too)
+);
 CREATE TABLE IF NOT EXISTS keys (
     key BLOB PRIMARY KEY,
     expiry INTEGER NOT NULL
@@ -73,6 +94,8 @@ CREATE TABLE IF NOT EXISTS meta (
     total INTEGER NOT NULL           -- sum of xorbs.bytes
 );
 INSERT OR IGNORE INTO meta VALUES (1, 0);
+-- In an index of an earlier version, `entries` holds about this many rows (accounted bytes / 56).
+INSERT OR IGNORE INTO counts SELECT -1, total / (32 + 24) FROM meta;
 """
 
 
@@ -142,7 +165,8 @@ class ChunkIndex:
         create_private_file(self.path)
         conn = self._connection()
         # Opening an existing index only reads: it never waits for a writer.
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
+        # An index of an earlier version gains the `fresh` and `counts` tables here, once.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'counts'").fetchone() is None:
             conn.executescript(_SCHEMA)  # idempotent; commits itself
 
     @classmethod
@@ -172,11 +196,12 @@ class ChunkIndex:
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            # No mmap: pages are read into SQLite's small per-connection cache, so resident
+            # No mmap: pages are read into SQLite's per-connection cache (_CACHE_KIB), so resident
             # memory does not grow with the index however many lookups touch it.
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # a cache: atomic and consistent is enough
+            conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")  # filled only as pages are used
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -214,7 +239,7 @@ class ChunkIndex:
     def _add(self, shard: Shard) -> None:
         key = shard.chunk_hash_key
         expiry = None if shard.footer is None or shard.footer.key_expiry >= NO_EXPIRY else min(shard.footer.key_expiry, 2**62)
-        added = 0
+        added = entries = 0
         with self._write() as db:
             for info in shard.cas:
                 if db.execute("SELECT 1 FROM xorbs WHERE hash = ? AND key = ?", (info.xorb_hash, key or _PLAIN)).fetchone():
@@ -229,24 +254,56 @@ class ChunkIndex:
                 ).lastrowid
                 assert xid is not None  # an INSERT always sets it
                 # Newest wins: the oldest xorbs are evicted first, so this entry lives longest.
-                db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)", ((_prefix(h), xid << _INDEX_BITS | i) for i, h in enumerate(hashes)))
+                db.executemany("INSERT OR REPLACE INTO fresh VALUES (0, ?, ?)", ((_prefix(h), xid << _INDEX_BITS | i) for i, h in enumerate(hashes)))
                 added += size
+                entries += len(hashes)
             if key is not None:
                 db.execute("INSERT INTO keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET expiry = max(expiry, excluded.expiry)", (key, expiry or 2**62))
                 self._keys_read = float("-inf")
             if added:
                 total = db.execute("UPDATE meta SET total = total + ? RETURNING total", (added,)).fetchone()[0]
+                self._settle(db, entries)
         if added and total > self.max_bytes:
             self.evict(self.max_bytes * 9 // 10)
+
+    @staticmethod
+    def _settle(db: sqlite3.Connection, added: int) -> None:
+        """Count `added` new rows of level 0, and merge every level that is full into the next.
+
+        Done inside the add's transaction: a crash leaves the add and its merges, or neither.
+        """
+        counts = dict(db.execute("SELECT level, rows FROM counts").fetchall())
+        counts[0] = counts.get(0, 0) + added
+        level = 0
+        while counts.get(level, 0) >= _LEVEL0 * _FANOUT**level:
+            rows = counts.pop(level)
+            # A level's rows are read in key order, so each leaf of the target is written once.
+            # Only the deepest level goes into `entries`: a newer row never passes an older one.
+            deepest = max(counts, default=_MERGED) <= level
+            if deepest and rows * _FANOUT >= counts.get(_MERGED, 0):
+                db.execute("INSERT OR REPLACE INTO entries SELECT k, loc FROM fresh WHERE level = ? ORDER BY k", (level,))
+                counts[_MERGED] = counts.get(_MERGED, 0) + rows
+            else:
+                db.execute("INSERT OR REPLACE INTO fresh SELECT level + 1, k, loc FROM fresh WHERE level = ? ORDER BY k", (level,))
+                counts[level + 1] = counts.get(level + 1, 0) + rows
+            db.execute("DELETE FROM fresh WHERE level = ?", (level,))
+            db.execute("DELETE FROM counts WHERE level = ?", (level,))
+            level += 1
+        db.executemany("INSERT OR REPLACE INTO counts VALUES (?, ?)", counts.items())
+
+    @staticmethod
+    def _levels(db: sqlite3.Connection) -> list[int]:
+        """The levels of `fresh` that may hold rows, newest first."""
+        return [row[0] for row in db.execute("SELECT level FROM counts WHERE level >= 0 ORDER BY level")]
 
     def _drop_xorbs(self, db: sqlite3.Connection, rows: list[tuple[int, bytes, int]]) -> int:
         """Delete xorbs (id, chunks, bytes) and every entry pointing into them; bytes freed."""
         freed = 0
         for xid, chunks, size in rows:
-            db.executemany(
-                "DELETE FROM entries WHERE k = ? AND loc = ?",
-                ((_prefix(chunks[i : i + 8]), xid << _INDEX_BITS | i // 32) for i in range(0, len(chunks), 32)),
-            )
+            doomed = [(_prefix(chunks[i : i + 8]), xid << _INDEX_BITS | i // 32) for i in range(0, len(chunks), 32)]
+            for level in self._levels(db):  # each a seek: `fresh` is keyed by (level, k)
+                db.executemany("DELETE FROM fresh WHERE level = ? AND k = ? AND loc = ?", ((level, k, loc) for k, loc in doomed))
+            db.executemany("DELETE FROM entries WHERE k = ? AND loc = ?", doomed)
             db.execute("DELETE FROM xorbs WHERE id = ?", (xid,))
             freed += size
         db.execute("UPDATE meta SET total = max(0, total - ?)", (freed,))
@@ -287,6 +344,9 @@ class ChunkIndex:
         """Drop everything (the store lost data this index says it holds)."""
         with self._write() as db:
             db.execute("DELETE FROM entries")
+            db.execute("DELETE FROM fresh")
+            db.execute("DELETE FROM counts")
+            db.execute("INSERT INTO counts VALUES (?, 0)", (_MERGED,))
             db.execute("DELETE FROM xorbs")
             db.execute("DELETE FROM keys")
             db.execute("UPDATE meta SET total = 0")
@@ -310,15 +370,26 @@ class ChunkIndex:
         found: list[tuple[CachedXorb, int] | None] = [None] * len(chunks)
         prefixes = list(wanted)
         conn = self._connection()
-        for start in range(0, len(prefixes), 500):  # SQLite's bound-parameter limit is far above
-            part = prefixes[start : start + 500]
-            rows = conn.execute(f"SELECT k, loc FROM entries WHERE k IN ({','.join('?' * len(part))})", part).fetchall()
-            for prefix, loc in rows:
-                xorb = self._xorb(loc >> _INDEX_BITS)
-                index = loc & ((1 << _INDEX_BITS) - 1)
-                for n, digest, key in wanted[prefix]:
-                    if found[n] is None and xorb is not None and xorb.key == key and xorb.hashes.startswith(digest, 32 * index):
-                        found[n] = (xorb, index)
+        rows: list[tuple[int, int]] = []
+        # One read transaction: a merge by another writer moves rows between levels, and a
+        # lookup that saw the levels before it and the rows after it would miss them.
+        conn.execute("BEGIN")
+        try:
+            levels = self._levels(conn)
+            for start in range(0, len(prefixes), 500):  # SQLite's bound-parameter limit is far above
+                part = prefixes[start : start + 500]
+                marks = ",".join("?" * len(part))
+                # Newest first: a key in several levels takes the entry of the lowest one.
+                rows += conn.execute(f"SELECT k, loc FROM fresh WHERE level IN ({','.join('?' * len(levels))}) AND k IN ({marks}) ORDER BY level", levels + part).fetchall()
+                rows += conn.execute(f"SELECT k, loc FROM entries WHERE k IN ({marks})", part).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        for prefix, loc in rows:
+            xorb = self._xorb(loc >> _INDEX_BITS)
+            index = loc & ((1 << _INDEX_BITS) - 1)
+            for n, digest, key in wanted[prefix]:
+                if found[n] is None and xorb is not None and xorb.key == key and xorb.hashes.startswith(digest, 32 * index):
+                    found[n] = (xorb, index)
         return found
 
     def _xorb(self, xid: int) -> CachedXorb | None:
