@@ -43,6 +43,7 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, LFS_MEDIA_TYPE, SESSION_ID, TOKEN_EXPIRATION
 from ..storage.cas_store import CasStore, StoredFile
+from ..storage.errors import quota_exceeded
 from .auth import KINDS, Claims, Signer, presented_token
 from .basic_uploads import BasicUploads, upload_href
 from .errors import RequestRefused, error_response, lfs_error_response
@@ -136,6 +137,12 @@ class HubEmulation:
     def _lookup(self, repo: str, oids: list[str]) -> dict:
         return {oid: self.cas.store.file_by_sha256(oid, repo) for oid in oids}
 
+    def _quota_room(self, repo: str) -> tuple[int, int] | None:
+        """(quota, logical bytes held) of a repo with a quota, else None."""
+        index = self.cas.store.index
+        quota = index.quotas().get(repo)
+        return None if quota is None else (quota, index.logical_bytes(repo))
+
     async def batch(self, request: Request) -> Response:
         path_repo = request.path_params["repo"].removesuffix(".git").strip("/")
         try:  # credentials from headers first: nothing of the body is read for a stranger
@@ -158,6 +165,9 @@ class HubEmulation:
         session = str(uuid.uuid4())
         valid = [o["oid"].lower() for o in objects if self._valid(o)]
         stored_by_oid = await in_worker(self._lookup, repo, valid)
+        # A stock git-lfs retries a refused PUT (a 507) for half a minute: an object that cannot fit
+        # is refused here, once, with the reason. The shard's registration still checks the total.
+        room = await in_worker(self._quota_room, repo) if operation == "upload" and transfer == "basic" else None
         out = []
         for obj in objects:
             if not self._valid(obj):
@@ -171,6 +181,8 @@ class HubEmulation:
             elif operation == "upload":
                 if stored is None and transfer == "xet":
                     entry["actions"] = {"upload": self._xet_action(base, repo, "write", token, exp, session)}
+                elif stored is None and room is not None and room[1] + size > room[0]:
+                    entry["error"] = {"code": 507, "message": quota_exceeded(repo, room[0], room[1], size).message}
                 elif stored is None:  # a stock git-lfs: the whole object, stored as XET here (basic_uploads.py)
                     entry["actions"] = {"upload": {"href": upload_href(base, repo, oid), "header": {"Authorization": f"Bearer {token}"}, "expires_in": max(1, exp - int(time.time()))}}
             elif stored is None:

@@ -123,7 +123,9 @@ def test_the_quota_command_and_a_raise_after_a_refusal(tmp_path: Path, index_arg
 
 def test_a_stock_git_lfs_push_past_the_quota_is_refused_with_the_reason(tmp_path: Path) -> None:
     """A teammate with stock git-lfs (basic PUTs, stored as XET by the server) meets the same
-    quota, and git's stderr gives the same reason; the repository holds nothing."""
+    quota, and git's stderr gives the same reason; the repository holds nothing. An object that
+    cannot fit is refused in the batch answer: a refused PUT (507) git-lfs retries with backoff,
+    36 s here before it gave up."""
     with running_server(tmp_path / "data", env={"GIT_XET_ADMIN_TOKEN": ADMIN}) as server:
         g = make_git_env(tmp_path / "stock")
         g.git("lfs", "install", "--skip-repo")
@@ -133,3 +135,5 @@ def test_a_stock_git_lfs_push_past_the_quota_is_refused_with_the_reason(tmp_path
         ok, stderr = _push(g, server, "team/stock", {"big.bin": random_bytes(60_000, 9)}, "w")
         assert not ok and "over its quota" in stderr and "51200" not in stderr and "50000 bytes" in stderr, stderr
         assert _held(server, "team/stock") == (0, 0)
+        # Refused in the batch answer, once: no PUT that git-lfs would retry for half a minute.
+        assert '"PUT"' not in server.log() and '"method": "PUT"' not in server.log()
