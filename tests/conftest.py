@@ -4,6 +4,7 @@ themselves, on 127.0.0.1 only."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import sys
 from collections.abc import Iterator
@@ -85,6 +86,18 @@ def postgres() -> Iterator[Postgres]:
     """One private PostgreSQL cluster for the whole test session (each test makes its own database)."""
     with running_postgres() as pg:
         yield pg
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def index_args(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A server's index flags, once per index kind: none (SQLite in its --data), or a new
+    PostgreSQL database of the session's cluster, with the shared secret replicas need."""
+    if request.param == "sqlite":
+        return []
+    monkeypatch.setenv("GIT_XET_SERVER_SECRET", secrets.token_hex(32))
+    pg: Postgres = request.getfixturevalue("postgres")
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    return ["--index", pg.create_database(f"{module}_{secrets.token_hex(4)}")]
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ import secrets
 from pathlib import Path
 
 import httpx
-import pytest
 
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.retry import RetryPolicy
@@ -20,7 +19,6 @@ from git_xet.pipelines.upload import Uploader
 from tests.support.datagen import random_bytes
 from tests.support.docs_blocks import run_block
 from tests.support.gitenv import make_git_env, run_git_xet
-from tests.support.postgres_process import Postgres
 from tests.support.server_process import RunningServer, running_server
 
 ADMIN = secrets.token_hex(16)
@@ -37,15 +35,6 @@ ROUTES = [
     ("GET", "/admin/api/tokens", None),
     ("POST", "/admin/api/tokens/revoke", {"id": "TOKEN"}),
 ]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def index_args(request, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    if request.param == "sqlite":
-        return []
-    monkeypatch.setenv("GIT_XET_SERVER_SECRET", secrets.token_hex(32))
-    pg: Postgres = request.getfixturevalue("postgres")
-    return ["--index", pg.create_database(f"adminapi_{secrets.token_hex(4)}")]
 
 
 def _push(server: RunningServer, files: list[bytes], repo: str) -> None:

@@ -16,13 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx
-import pytest
 
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import GitEnv, make_git_env
 from tests.support.objects import stored_objects
-from tests.support.postgres_process import Postgres
 from tests.support.server_process import RunningServer, running_server
 
 ADMIN = secrets.token_hex(16)
@@ -30,25 +27,9 @@ REPO = "acme/models"
 SHOWN = re.compile(r"^git_xet_(http_requests_total|http_received_bytes_total|xorbs_stored|shards_stored|stored_bytes|logical_bytes|dedup_saved_bytes|upload_grants_total)\b")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def index_args(request, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    if request.param == "sqlite":
-        return []
-    monkeypatch.setenv("GIT_XET_SERVER_SECRET", secrets.token_hex(32))
-    pg: Postgres = request.getfixturevalue("postgres")
-    return ["--index", pg.create_database(f"scrape_{secrets.token_hex(4)}")]
-
-
 def scrape(server: RunningServer) -> dict[str, float]:
     """Every sample of /metrics: its name with labels -> value."""
-    answer = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60)
-    assert answer.status_code == 200, answer.text
-    values: dict[str, float] = {}
-    for line in answer.text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = values.get(name, 0.0) + float(value)
-    return values
+    return server.metrics(ADMIN)
 
 
 def _labels(sample: str) -> dict[str, str]:

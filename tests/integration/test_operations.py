@@ -27,24 +27,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def index_args(request, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    if request.param == "sqlite":
-        return []
-    monkeypatch.setenv("GIT_XET_SERVER_SECRET", secrets.token_hex(32))
-    pg: Postgres = request.getfixturevalue("postgres")
-    return ["--index", pg.create_database(f"ops_{secrets.token_hex(4)}")]
-
-
 def _scrape(server: RunningServer) -> dict[str, float]:
-    answer = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
-    assert answer.status_code == 200, answer.text
-    values: dict[str, float] = {}
-    for line in answer.text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = values.get(name, 0.0) + float(value)
-    return values
+    return server.metrics(ADMIN)
 
 
 def _total(values: dict[str, float], prefix: str, **labels: str) -> float:

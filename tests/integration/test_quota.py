@@ -14,25 +14,14 @@ import secrets
 from pathlib import Path
 
 import httpx
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import GitEnv, make_git_env, run_git_xet
-from tests.support.postgres_process import Postgres
 from tests.support.server_process import RunningServer, running_server
 
 ADMIN = secrets.token_hex(16)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def index_args(request, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    if request.param == "sqlite":
-        return []
-    monkeypatch.setenv("GIT_XET_SERVER_SECRET", secrets.token_hex(32))
-    pg: Postgres = request.getfixturevalue("postgres")
-    return ["--index", pg.create_database(f"quota_{secrets.token_hex(4)}")]
 
 
 def _admin(server: RunningServer, path: str, body: dict | None = None) -> dict:

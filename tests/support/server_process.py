@@ -35,6 +35,19 @@ class RunningServer:
     def _mint(self, scope: str, ttl: int, repo: str, *extra: str) -> subprocess.CompletedProcess[str]:
         return run_git_xet("token", "--data", str(self.data_dir), "--scope", scope, "--ttl", str(ttl), "--repo", repo, *extra, timeout=60, check=True)
 
+    def metrics(self, admin_token: str) -> dict[str, float]:
+        """Every sample of /metrics: its name with labels -> value (summed where names repeat)."""
+        import httpx
+
+        answer = httpx.get(f"{self.url}/metrics", headers={"Authorization": f"Bearer {admin_token}"}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        values: dict[str, float] = {}
+        for line in answer.text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = values.get(name, 0.0) + float(value)
+        return values
+
     def log(self) -> str:
         return (self.data_dir.parent / self.log_name).read_text(errors="replace")
 
