@@ -88,7 +88,7 @@ def postgres() -> Iterator[Postgres]:
         yield pg
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def index_args(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A server's index flags, once per index kind: none (SQLite in its --data), or a new
     PostgreSQL database of the session's cluster, with the shared secret replicas need."""
