@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import pytest
@@ -106,10 +105,6 @@ def test_install_is_idempotent_and_uninstall_cleans_up(tmp_path: Path, scope: st
 # ---------------------------------------------------------------- through `git xet serve`
 
 
-def _requests(srv: RunningServer) -> list[dict]:
-    """The server's access log: one dict per request (method, path, status, bytes)."""
-    return [json.loads(line.split(" ", 3)[-1]) for line in srv.log().splitlines() if '"path": ' in line]
-
 
 def _server_bytes(srv: RunningServer) -> int:
     return _stored_bytes(srv.data_dir)
@@ -125,7 +120,7 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
         work = _push_first_commit(g, files)
         port = int(srv.url.rsplit(":", 1)[1])
         # The small file's xorb went with its shard, in one request; the large one's on its own.
-        pushed = [r["path"] for r in _requests(srv)]
+        pushed = [r["path"] for r in srv.requests()]
         assert pushed.count("/git-xet/v1/upload-bundles") == 1 and pushed.count("/v2/shards") == 1, pushed
         # Capabilities asked once per agent (at most one per object here), no route probed.
         assert 1 <= pushed.count("/git-xet/v1/capabilities") <= len(files), pushed
@@ -144,14 +139,14 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
         g.git("push", "origin", "main", cwd=work)
         assert _server_bytes(srv) - before < 0.05 * len(v2)
 
-        requests_before = len(_requests(srv))
+        requests_before = len(srv.requests())
         g.git("clone", "remote.git", "clone2")
         assert (g.root / "clone2" / "weights.bin").read_bytes() == bytes(v2)
         assert (g.root / "clone2" / "small.bin").read_bytes() == files["small.bin"]
         assert "Git LFS fsck OK" in g.git("lfs", "fsck", cwd=g.root / "clone2").stdout
         # The small file came whole in one request; the large one the XET way (lookup, plan, ranges).
         small_oid = hashlib.sha256(files["small.bin"]).hexdigest()
-        paths = [r["path"] for r in _requests(srv)[requests_before:]]
+        paths = [r["path"] for r in srv.requests()[requests_before:]]
         assert paths.count(f"/git-xet/v1/lfs-objects/{small_oid}") == 1, paths
         assert sum("lfs-objects/" in p for p in paths) == 1, paths
         assert sum("/reconstructions/" in p for p in paths) == 1, paths

@@ -9,7 +9,6 @@ Real git and git-lfs (the system's 3.3.0 and 3.6.1 from install/peers.sh), our s
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import threading
 from http.server import ThreadingHTTPServer
@@ -42,14 +41,9 @@ def teammate(root: Path, srv: RunningServer, lfs_path: str, *, agent: bool, scop
     return g
 
 
-def requests(srv: RunningServer) -> list[dict]:
-    """The server's access log: one dict per request (method, path, status, bytes)."""
-    return [json.loads(line.split(" ", 3)[-1]) for line in srv.log().splitlines() if '"path": ' in line]
-
-
 def count(srv: RunningServer, method: str, fragment: str) -> int:
     """Requests of `method` whose path has `fragment`, answered 2xx."""
-    return sum(r["method"] == method and fragment in r["path"] and 200 <= r["status"] < 300 for r in requests(srv))
+    return sum(r["method"] == method and fragment in r["path"] and 200 <= r["status"] < 300 for r in srv.requests())
 
 
 def stored_bytes(srv: RunningServer) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import subprocess
 import sys
 import threading
@@ -50,13 +49,10 @@ def s3_server(tmp: Path, s3: RunningS3, *extra: str) -> Iterator[tuple[RunningSe
         yield server, S3ObjectStore(S3Location(bucket, "cas"), S3Config.from_env(s3.env()))
 
 
-def _requests(server: RunningServer) -> list[dict]:
-    return [json.loads(line.split(" ", 3)[-1]) for line in server.log().splitlines() if '"path": ' in line]
-
 
 def _calls(server: RunningServer) -> Counter:
     out: Counter = Counter()
-    for r in _requests(server):
+    for r in server.requests():
         kind = r["path"].split("/")[2] if r["path"].startswith("/v1/") else r["path"]
         out[(r["method"], kind, r["status"])] += 1
     return out
@@ -81,7 +77,7 @@ def test_our_client_puts_into_the_bucket_and_downloads_from_it(tmp_path: Path, s
         assert calls[("POST", "xorb-grants", 201)] == 1 and calls[("POST", "xorb-commits", 200)] == 1
         assert not any(kind in ("xorb-uploads", "xorbs") for _m, kind, _s in calls)
         # The xorb's bytes went to the bucket, not through the server.
-        received = sum(r["bytes_in"] for r in _requests(server))
+        received = sum(r["bytes_in"] for r in server.requests())
         assert received < len(DATA) // 20, received
         xorbs = _keys(bucket, "xorbs/")
         assert len(xorbs) == 1 and not _staged(bucket)  # staged copy emptied at the commit
@@ -90,11 +86,11 @@ def test_our_client_puts_into_the_bucket_and_downloads_from_it(tmp_path: Path, s
         plan = httpx.get(f"{server.url}/v2/reconstructions/{result.file_hex}", headers=bearer(server.token('read'))).json()
         urls = [entry["url"] for fetches in plan["xorbs"].values() for entry in fetches]
         assert urls and all(u.startswith(seaweed.endpoint + "/") for u in urls)
-        before = len(_requests(server))
+        before = len(server.requests())
         out = io.BytesIO()
         download(backend, result.file_hex, out, sha256_hex=hashlib.sha256(DATA).hexdigest())
         assert out.getvalue() == DATA
-        assert not any(r["path"].startswith("/v1/xorb-data") for r in _requests(server)[before:])
+        assert not any(r["path"].startswith("/v1/xorb-data") for r in server.requests()[before:])
 
 
 def test_hf_xet_uploads_through_grants_and_downloads_from_the_bucket(tmp_path: Path, seaweed: RunningS3) -> None:
@@ -124,12 +120,12 @@ def test_huggingface_js_downloads_from_the_bucket(tmp_path: Path, seaweed: Runni
         dest = tmp_path / "js"
         dest.mkdir()
         ranges = [(0, 1), (1_000_000, 2_500_001)]
-        before = len(_requests(server))
+        before = len(server.requests())
         hfjs_peer.download([(dest / "f", result.file_hex, len(DATA), ranges)], hfjs_peer.Endpoint(server.url, server.token(), server.token("read")))
         assert (dest / "f").read_bytes() == DATA
         for i, (start, end) in enumerate(ranges):
             assert (dest / f"f.range{i}").read_bytes() == DATA[start:end]
-        assert not any(r["path"].startswith("/v1/xorb-data") for r in _requests(server)[before:])
+        assert not any(r["path"].startswith("/v1/xorb-data") for r in server.requests()[before:])
 
 
 def test_bodies_that_do_not_match_are_refused_and_never_committed(tmp_path: Path, seaweed: RunningS3) -> None:

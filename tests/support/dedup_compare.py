@@ -36,16 +36,7 @@ class Push:
 
 
 def _request_bytes_in(server: RunningServer) -> int:
-    import json
-
-    total = 0
-    for line in server.log().splitlines():
-        start = line.find("{")
-        if start >= 0 and '"bytes_in"' in line:
-            entry = json.loads(line[start:])
-            if "/info/lfs/" not in entry["path"]:
-                total += entry["bytes_in"]
-    return total
+    return sum(r["bytes_in"] for r in server.requests() if "bytes_in" in r and "/info/lfs/" not in r["path"])
 
 
 def _xorb_bytes(store: CasStore) -> dict[str, int]:

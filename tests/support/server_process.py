@@ -48,6 +48,11 @@ class RunningServer:
                 values[name] = values.get(name, 0.0) + float(value)
         return values
 
+    def requests(self) -> list[dict]:
+        """The server's access log so far: one dict per request (method, path, status, bytes_in,
+        ...), as server/access_log.py writes them."""
+        return [json.loads(line[line.index("{") :]) for line in self.log().splitlines() if '"path": ' in line]
+
     def log(self) -> str:
         return (self.data_dir.parent / self.log_name).read_text(errors="replace")
 
