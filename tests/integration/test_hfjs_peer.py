@@ -267,18 +267,10 @@ def test_hfjs_dedup_and_edits_reuse_what_is_stored(server: RunningServer, tmp_pa
     xet |= _xet_hashes(server, {"edited.bin": (edit.commit["lfs_files"][0]["oid"], len(files["edited.bin"]))})
 
     # Only the first upload's data, the grown file's new tail and the edited window were stored.
-    sent = sum(int(line["bytes_in"]) for line in _access_log(server) if line["path"].startswith("/v1/xorbs/"))
+    sent = sum(int(line["bytes_in"]) for line in server.requests() if line["path"].startswith("/v1/xorbs/"))
     assert sent < len(base) + 2 * (1 << 20)
     passed = _read_back(server, tmp_path, files, xet)
     assert passed == {reader: len(files) for reader in READERS}
-
-
-def _access_log(server: RunningServer) -> list[dict]:
-    lines = []
-    for line in server.log().splitlines():
-        if "git_xet.server {" in line:
-            lines.append(json.loads(line[line.index("{") :]))
-    return lines
 
 
 # ---------------------------------------------------------------- ours and hf-xet write, huggingface.js reads

@@ -41,11 +41,6 @@ def _assert_clone_matches(g: GitEnv, remote: str, dest: str, files: dict[str, by
     assert "Git LFS fsck OK" in g.git("lfs", "fsck", cwd=g.root / dest).stdout
 
 
-def _access_log(srv: RunningServer) -> list[dict]:
-    lines = srv.log().splitlines()
-    return [json.loads(line[line.index("{") :]) for line in lines if '"bytes_in"' in line]
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -76,7 +71,7 @@ def test_push_and_clone_many_files_through_ten_percent_faults(tmp_path: Path) ->
         # A second clone with a fresh shard cache and LFS store: every object downloaded again.
         g.env["GIT_XET_CACHE"] = str(tmp_path / "cache2")
         _assert_clone_matches(g, "repo.git", "clone2", files)
-        assert not [e for e in _access_log(srv) if e["status"] >= 500], "the server itself must never fail"
+        assert not [e for e in srv.requests() if e["status"] >= 500], "the server itself must never fail"
     # Enough faults of enough kinds that the test means something (the seed fixes the sequence).
     assert rate.requests > 80 and rate.faults_injected >= 8, (rate.requests, rate.by_kind)
     assert len(rate.by_kind) >= 5, rate.by_kind
@@ -114,7 +109,7 @@ def test_tokens_and_xorb_urls_expiring_mid_transfer_are_renewed(tmp_path: Path) 
         work = _repo_with(g, "repo", files)
         g.git("push", "-q", "origin", "main", cwd=work)
         _assert_clone_matches(g, "repo.git", "clone", files)
-        log = _access_log(srv)
+        log = srv.requests()
     assert plan.faults_injected == 3
     assert [e for e in log if e["path"].startswith("/v1/xorb-data/") and e["status"] == 403], "no xorb URL expired"
     assert len([e for e in log if "-token/" in e["path"]]) >= 2, "no token was renewed"
@@ -151,7 +146,7 @@ def _assert_not_exposed(srv_url: str, token: str, file_hex: str) -> None:
 
 def _xorb_uploads(srv: RunningServer) -> list[str]:
     """The xorbs uploaded (their POSTs: a directory server offers no grants), in order."""
-    return [e["path"] for e in _access_log(srv) if e["path"].startswith("/v1/xorbs/") and e["status"] == 200]
+    return [e["path"] for e in srv.requests() if e["path"].startswith("/v1/xorbs/") and e["status"] == 200]
 
 
 def test_kill_9_agent_mid_push_then_the_next_push_resends_only_what_is_missing(tmp_path: Path) -> None:
@@ -254,7 +249,7 @@ def test_two_pushes_and_a_clone_at_once_sharing_one_cache(tmp_path: Path) -> Non
             assert (g.root / "a-clone" / file_name).read_bytes() == content
         _assert_clone_matches(g, "b.git", "b-clone", sets["b"])
         _assert_clone_matches(g, "c.git", "c-clone", sets["c"])
-        assert not [e for e in _access_log(srv) if e["status"] >= 500]
+        assert not [e for e in srv.requests() if e["status"] >= 500]
     peaks = agent_peak_rss(rss_file)
     assert len(peaks) >= 24  # 8 agents for each of the three commands, at least
     assert max(peaks) < 300, f"an agent peaked at {max(peaks):.0f} MiB"
