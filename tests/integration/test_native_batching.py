@@ -33,6 +33,7 @@ def test_native_clone_batches_downloads(files: int, tmp_path: Path, lfs_path: st
     g = make_git_env(tmp)
     g.env["PATH"] = lfs_path + g.env["PATH"]
     contents = {f"f{i:04d}.bin": random_bytes(1000 + 37 * i, files * 10_000 + i) for i in range(files)}
+    other = {f"o{i:04d}.bin": random_bytes(900 + 41 * i, files * 20_000 + i) for i in range(files)}
     with running_server(tmp / "srv" / "data") as srv:
         user_token = srv.token("write", repo="acme/model")
         g.git_xet("install", "--native", srv.url)
@@ -41,12 +42,36 @@ def test_native_clone_batches_downloads(files: int, tmp_path: Path, lfs_path: st
         g.git("config", "--global", "lfs.concurrenttransfers", str(AGENTS))
         work = g.lfs_work_tree(contents)
         g.git("push", "-q", "origin", "main", cwd=work)
-        pushed = srv.log_once_it_has("objects/batch") and _batch_calls(srv)
+        calls = [srv.log_once_it_has("objects/batch") and _batch_calls(srv)]
 
         g.git("clone", "-q", "remote.git", "clone")
         for name, data in contents.items():
             assert (g.root / "clone" / name).read_bytes() == data, name
-        cloned = srv.log_once_it_has("objects/batch", pushed + 1) and _batch_calls(srv) - pushed
+        calls.append(_settled(srv, calls))
+
+        # Beyond HEAD: a branch pushed while main is checked out, then fetched by name into
+        # the clone, whose checkout (main) holds none of its objects.
+        g.git("checkout", "-q", "-b", "other", cwd=work)
+        for name, data in other.items():
+            (work / name).write_bytes(data)
+        g.git("add", ".", cwd=work)
+        g.git("commit", "-qm", "other", cwd=work)
+        g.git("checkout", "-q", "main", cwd=work)
+        g.git("push", "-q", "origin", "other", cwd=work)
+        calls.append(_settled(srv, calls))
+        clone = g.root / "clone"
+        g.git("fetch", "-q", "origin", cwd=clone)
+        g.git("lfs", "fetch", "origin", "origin/other", cwd=clone)
+        calls.append(_settled(srv, calls))
+        g.git("checkout", "-q", "-b", "other", "origin/other", cwd=clone)
+        for name, data in other.items():
+            assert (clone / name).read_bytes() == data, name
     bound = AGENTS * (math.ceil(files / 100) + 1)
-    assert pushed <= bound, f"{pushed} batch calls to push {files} objects"
-    assert cloned <= bound, f"{cloned} batch calls to clone {files} objects"
+    made = dict(zip(["push", "clone", "push of a branch that is not HEAD", "fetch of a branch that is not HEAD"], calls))
+    assert max(calls) <= bound, f"batch calls for {files} objects each: {made} (at most {bound})"
+
+
+def _settled(server: RunningServer, before: list[int]) -> int:
+    """Batch calls since those counted in `before`, once the log holds at least one more."""
+    server.log_once_it_has("objects/batch", sum(before) + 1)
+    return _batch_calls(server) - sum(before)
