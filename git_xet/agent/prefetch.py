@@ -14,8 +14,9 @@ a branch that is not checked out) widens the guess: the trees of the refs the gi
 line names (platform/processes.py reads it; git-lfs's pre-push gets its refs on stdin, which
 no agent sees), then of the most recently committed branches, remote branches and tags, one
 tree at a time until one holds the object, whose pointers the next windows then follow. The
-work is bounded per agent: at most MAX_TREES trees listed and MAX_CANDIDATES blobs read, each
-blob once. An object in none of them (only in older history) is asked on its own, as before.
+work is bounded per agent: at most MAX_TREES trees (MAX_ENTRIES entries) listed and
+MAX_CANDIDATES blobs read, each blob once. An object in none of them (only in older history)
+is asked on its own, as before.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ WINDOW = 100  # objects per batch call, as git-lfs sends
 # many small source files costs a bounded read. Pointers past the cap are asked one by one.
 POINTER_SIZES = range(126, 146)
 MAX_CANDIDATES = 100_000
-# Trees listed per agent (HEAD's included): an `ls-tree -r` costs about what `git status` does.
+# Trees listed per agent (HEAD's included), and their entries in all: an `ls-tree -r` costs
+# about what `git status` does, so widening stops after 16 trees or ~3x a 100k-file tree.
 MAX_TREES = 16
+MAX_ENTRIES = 300_000
 _POINTER = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize ([0-9]+)\n")
 _GIT_TIMEOUT = 60.0
 # git-lfs commands whose positional arguments after the remote name refs (git lfs fetch|pull|push
@@ -59,6 +62,7 @@ class PointerReader:
 
     def __init__(self) -> None:
         self._seen: set[bytes] = set()
+        self.entries = 0  # tree entries listed so far
 
     def new_pointers(self, rev: str) -> Pointers:
         """The pointers of `rev`'s tree, in path order, that no earlier call returned; empty when
@@ -66,6 +70,7 @@ class PointerReader:
         try:
             tree = subprocess.run(["git", "ls-tree", "-r", "-l", "-z", rev], capture_output=True, timeout=_GIT_TIMEOUT, check=True).stdout
             blobs = []
+            self.entries += tree.count(b"\0")
             for entry in tree.split(b"\0"):
                 meta, _, _path = entry.partition(b"\t")
                 fields = meta.split()
@@ -150,13 +155,14 @@ def _recent_refs() -> list[str]:
 def guessed_trees(argv: Callable[[], list[str] | None] = lfs_argv) -> Iterator[Pointers]:
     """The pointers git-lfs is likely working on, a tree at a time, most likely first: HEAD's,
     then those of the refs its command line names, then those of recent refs (at most
-    MAX_TREES trees), each pointer once. Lazy: a tree is listed only when asked for."""
+    MAX_TREES trees and MAX_ENTRIES entries), each pointer once. Lazy: a tree is listed only
+    when asked for."""
     reader = PointerReader()
     yield reader.new_pointers("HEAD")
     done = set(_commits(["HEAD"]))
     listed = 1
     for commit in _candidate_commits(argv):
-        if listed == MAX_TREES:
+        if listed == MAX_TREES or reader.entries >= MAX_ENTRIES:
             return
         if commit not in done:
             done.add(commit)

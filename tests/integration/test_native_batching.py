@@ -12,9 +12,13 @@ makes at most agents x (ceil(files / 100) + 1) batch calls, and every file arriv
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from git_xet.agent import prefetch
 
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import make_git_env
@@ -75,3 +79,40 @@ def _settled(server: RunningServer, before: list[int]) -> int:
     """Batch calls since those counted in `before`, once the log holds at least one more."""
     server.log_once_it_has("objects/batch", sum(before) + 1)
     return _batch_calls(server) - sum(before)
+
+
+def _pointer(n: int) -> tuple[str, int]:
+    return f"{n:064x}", 1000 + n
+
+
+def test_the_guess_widens_to_named_refs_then_recent_ones_within_its_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """guessed_trees on a real repository: HEAD's pointers, then the tree of the ref git-lfs's
+    command line names, then branches from the most recently committed down, MAX_TREES trees
+    in all (the oldest branches are never listed), each pointer once."""
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+    def git(*args: str, stdin: str = "", when: int = 0) -> str:
+        dated = {**env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "GIT_COMMITTER_DATE": f"{1_700_000_000 + when} +0000"}
+        return subprocess.run(["git", *args], cwd=tmp_path, env=dated, input=stdin, capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+
+    def commit(ref: str, pointers: list[tuple[str, int]], when: int) -> None:
+        entries = ""
+        for k, (oid, size) in enumerate(pointers):
+            blob = git("hash-object", "-w", "--stdin", stdin=f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n")
+            entries += f"100644 blob {blob}\tf{k:03d}.bin\n"
+        tree = git("mktree", stdin=entries)
+        git("update-ref", ref, git("commit-tree", tree, "-m", ref, when=when))
+
+    git("init", "-q", "-b", "main")
+    shared = [_pointer(0), _pointer(1)]
+    commit("refs/heads/main", shared, 0)
+    branches = prefetch.MAX_TREES + 4
+    for b in range(branches):  # b00 is the most recent, then b01, ...
+        commit(f"refs/heads/b{b:02d}", [*shared, _pointer(100 + b)], branches - b)
+    monkeypatch.chdir(tmp_path)
+    old = branches - 1
+    trees = list(prefetch.guessed_trees(lambda: ["git-lfs", "fetch", "origin", f"b{old:02d}"]))
+    assert trees[0] == shared
+    assert trees[1] == [_pointer(100 + old)]  # the named ref, though the oldest
+    assert trees[2:] == [[_pointer(100 + b)] for b in range(prefetch.MAX_TREES - 2)]  # then by date
+    assert len(trees) == prefetch.MAX_TREES

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Iterator, Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from git_xet.agent import lineage
 from git_xet.agent.prefetch import WINDOW, BatchPrefetch, named_refs
 from git_xet.client.lfs_batch import BatchObject
+from git_xet.platform.processes import read_process
 
 
 def _oid(n: int) -> str:
@@ -101,3 +105,15 @@ def test_named_refs_are_the_arguments_after_the_remote(command: str, options: li
     assert named_refs(argv) == [*names, *(f"{remote}/{n}" for n in names)]
     assert named_refs([*argv[:2], "--stdin", *argv[2:]]) == []
     assert named_refs(["git-lfs", "checkout", *argv[2:]]) == []
+
+
+def test_an_adopted_git_lfs_process_gives_its_command_line_only_while_it_is_the_same_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker forked for an agent reads the command line of the git-lfs process it adopted
+    (lineage.lfs_argv); a pid reused by another process (another start time) gives nothing."""
+    me = read_process(os.getpid())
+    if me is None:
+        pytest.skip("this OS does not say which process is which without starting one")
+    monkeypatch.setattr(lineage, "_adopted", f"{me.pid}-{me.start}")
+    assert lineage.lfs_argv() == me.argv and me.argv
+    monkeypatch.setattr(lineage, "_adopted", f"{me.pid}-{me.start}0")
+    assert lineage.lfs_argv() is None
