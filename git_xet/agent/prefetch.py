@@ -12,15 +12,17 @@ upload's action or "already stored"). A wrong guess costs entries in a call alre
 An object outside HEAD's tree (`git lfs fetch origin other`, `git lfs fetch --all`, a push of
 a branch that is not checked out) widens the guess: the trees of the refs the git-lfs command
 line names (platform/processes.py reads it; git-lfs's pre-push gets its refs on stdin, which
-no agent sees), then of the most recently committed branches, remote branches and tags, one
-tree at a time until one holds the object, whose pointers the next windows then follow. The
-work is bounded per agent: at most MAX_TREES trees (MAX_ENTRIES entries) listed and
-MAX_CANDIDATES blobs read, each blob once. An object in none of them (only in older history)
-is asked on its own, as before.
+no agent sees), the objects that commits on no remote-tracking branch changed (what a push
+sends), the trees of the most recently committed branches, remote branches and tags, and the
+objects recent history changed (`git lfs fetch --all`), one step at a time until one holds
+the object, whose pointers the next windows then follow. The work is bounded per agent: at
+most MAX_TREES trees and MAX_LOGGED commits, MAX_ENTRIES entries in all, and MAX_CANDIDATES
+blobs read, each once. An object in none of them is asked on its own, as before.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 import subprocess
@@ -45,6 +47,7 @@ MAX_CANDIDATES = 100_000
 # about what `git status` does, so widening stops after 16 trees or ~3x a 100k-file tree.
 MAX_TREES = 16
 MAX_ENTRIES = 300_000
+MAX_LOGGED = 1000  # commits of history read for the objects they changed
 _POINTER = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize ([0-9]+)\n")
 _GIT_TIMEOUT = 60.0
 # git-lfs commands whose positional arguments after the remote name refs (git lfs fetch|pull|push
@@ -74,17 +77,45 @@ class PointerReader:
             for entry in tree.split(b"\0"):
                 meta, _, _path = entry.partition(b"\t")
                 fields = meta.split()
-                if len(self._seen) == MAX_CANDIDATES:
-                    break
-                if len(fields) == 4 and fields[1] == b"blob" and fields[3].isdigit() and int(fields[3]) in POINTER_SIZES and fields[2] not in self._seen:
-                    self._seen.add(fields[2])
+                if len(fields) == 4 and fields[1] == b"blob" and fields[3].isdigit() and int(fields[3]) in POINTER_SIZES:
                     blobs.append(fields[2])
-            if not blobs:
-                return []
-            out = subprocess.run(["git", "cat-file", "--batch"], input=b"\n".join(blobs) + b"\n", capture_output=True, timeout=_GIT_TIMEOUT, check=True).stdout
+            return self._read(blobs)
         except (OSError, subprocess.SubprocessError) as exc:
             log.debug("no pointer list to batch transfers with from %s: %s", rev, exc)
             return []
+
+    def changed_pointers(self, revs: Sequence[str]) -> Pointers:
+        """The pointers that the commits `revs` select (the newest MAX_LOGGED) added or changed,
+        newest first, that no earlier call returned: the objects of history (a push of several
+        commits, `git lfs fetch --all`) that no ref's tree holds any more."""
+        try:
+            raw = subprocess.run(
+                ["git", "log", "--format=", "--raw", "--no-abbrev", "--no-renames", "-z", "--diff-filter=AM", f"--max-count={MAX_LOGGED}", *revs, "--"],
+                capture_output=True, timeout=_GIT_TIMEOUT, check=True,
+            ).stdout  # fmt: skip
+            changed = []  # ":<old mode> <new mode> <old blob> <new blob> <status>", then the path
+            for token in raw.split(b"\0"):
+                fields = token.split()
+                if len(fields) == 5 and fields[0].startswith(b":") and fields[1].startswith(b"100"):
+                    changed.append(fields[3])
+            changed = list(dict.fromkeys(b for b in changed if b not in self._seen))[: max(0, MAX_ENTRIES - self.entries)]
+            self.entries += len(changed)
+            if not changed:
+                return []
+            sizes = subprocess.run(["git", "cat-file", "--batch-check"], input=b"\n".join(changed) + b"\n", capture_output=True, timeout=_GIT_TIMEOUT, check=True).stdout
+            blobs = [f[0] for f in (line.split() for line in sizes.splitlines()) if len(f) == 3 and f[1] == b"blob" and f[2].isdigit() and int(f[2]) in POINTER_SIZES]
+            return self._read(blobs)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.debug("no pointer list to batch transfers with from the history of %s: %s", " ".join(revs), exc)
+            return []
+
+    def _read(self, blobs: list[bytes]) -> Pointers:
+        """The pointers among `blobs` (pointer-sized) not read before, within MAX_CANDIDATES."""
+        fresh = list(dict.fromkeys(b for b in blobs if b not in self._seen))[: max(0, MAX_CANDIDATES - len(self._seen))]
+        if not fresh:
+            return []
+        self._seen.update(fresh)
+        out = subprocess.run(["git", "cat-file", "--batch"], input=b"\n".join(fresh) + b"\n", capture_output=True, timeout=_GIT_TIMEOUT, check=True).stdout
         return _parse_pointers(out)
 
 
@@ -153,38 +184,56 @@ def _recent_refs() -> list[str]:
 
 
 def guessed_trees(argv: Callable[[], list[str] | None] = lfs_argv) -> Iterator[Pointers]:
-    """The pointers git-lfs is likely working on, a tree at a time, most likely first: HEAD's,
-    then those of the refs its command line names, then those of recent refs (at most
-    MAX_TREES trees and MAX_ENTRIES entries), each pointer once. Lazy: a tree is listed only
-    when asked for."""
+    """The pointers git-lfs is likely working on, a batch at a time, most likely first: HEAD's,
+    those of the refs its command line names, those that commits on no remote-tracking branch
+    changed (what a push sends), those of recent refs (at most MAX_TREES trees in all), and
+    those recent history changed; each pointer once, within MAX_ENTRIES entries listed. Lazy:
+    nothing is listed before it is asked for."""
     reader = PointerReader()
     yield reader.new_pointers("HEAD")
     done = set(_commits(["HEAD"]))
-    listed = 1
-    for commit in _candidate_commits(argv):
-        if listed == MAX_TREES or reader.entries >= MAX_ENTRIES:
-            return
-        if commit not in done:
-            done.add(commit)
-            listed += 1
-            yield reader.new_pointers(commit)
+    listed = 1  # trees
 
+    def tips(commits: Iterable[str]) -> Iterator[Pointers]:
+        nonlocal listed
+        for commit in commits:
+            if listed == MAX_TREES or reader.entries >= MAX_ENTRIES:
+                return
+            if commit not in done:
+                done.add(commit)
+                listed += 1
+                yield reader.new_pointers(commit)
 
-def _candidate_commits(argv: Callable[[], list[str] | None]) -> Iterator[str]:
-    """The commits of the refs the command line names, then of recent refs; each group looked
-    up only when the one before is used up."""
-    yield from _commits(named_refs(argv() or []))
-    yield from _recent_refs()
+    yield from tips(_commits(named_refs(argv() or [])))
+    if reader.entries < MAX_ENTRIES:
+        yield reader.changed_pointers(["--branches", "--not", "--remotes"])
+    yield from tips(_recent_refs())
+    if reader.entries < MAX_ENTRIES:
+        yield reader.changed_pointers(["--all"])
 
 
 class PointerGuess:
-    """The guessed pointers in one order, widened a tree at a time only when an object is not
-    in it yet."""
+    """The guessed pointers in one order, widened a batch (a tree, some history) at a time only
+    when an object is not in it yet."""
 
     def __init__(self, trees: Iterable[Pointers]) -> None:
         self._trees = iter(trees)
         self.order: Pointers = []
         self._position: dict[str, int] = {}
+        self._starts: list[int] = []  # where each batch's new pointers begin in the order
+
+    def around(self, position: int | None) -> Iterator[tuple[str, int]]:
+        """The pointers to ask with the one at `position`, best first: the rest of its batch
+        (the ref git-lfs is working on) from there on, then from the batch's start, then the
+        batches after it and those before; all of them from the start for None."""
+        if position is None:
+            yield from self.order
+            return
+        batch = bisect.bisect_right(self._starts, position) - 1
+        start = self._starts[batch]
+        end = self._starts[batch + 1] if batch + 1 < len(self._starts) else len(self.order)
+        for lo, hi in ((position + 1, end), (start, position), (end, len(self.order)), (0, start)):
+            yield from self.order[lo:hi]
 
     def holds(self, oid: str) -> bool:
         return oid in self._position
@@ -196,6 +245,7 @@ class PointerGuess:
             tree = next(self._trees, None)
             if tree is None:
                 return None
+            self._starts.append(len(self.order))
             for pointer in tree:
                 if pointer[0] not in self._position:
                     self._position[pointer[0]] = len(self.order)
@@ -244,16 +294,13 @@ class BatchPrefetch:
     def _next_after(self, oid: str) -> Pointers:
         if self._guess is None:
             self._guess = PointerGuess(self._trees())
-        start = self._guess.find(oid)
-        order = self._guess.order
-        if self._asked_guessed >= len(order):
+        position = self._guess.find(oid)
+        if self._asked_guessed >= len(self._guess.order):
             return []  # every guessed pointer was asked about
-        start = 0 if start is None else start + 1
         picked: Pointers = []
-        for k in range(len(order)):
+        for candidate in self._guess.around(position):
             if len(picked) == WINDOW - 1:
                 break
-            candidate = order[(start + k) % len(order)]
             if candidate[0] != oid and candidate[0] not in self._asked and candidate[0] not in self._answers:
                 picked.append(candidate)
         return picked

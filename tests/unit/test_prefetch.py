@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from git_xet.agent import lineage
-from git_xet.agent.prefetch import WINDOW, BatchPrefetch, named_refs
+from git_xet.agent.prefetch import WINDOW, BatchPrefetch, PointerGuess, named_refs
 from git_xet.client.lfs_batch import BatchObject
 from git_xet.platform.processes import read_process
 
@@ -117,3 +117,26 @@ def test_an_adopted_git_lfs_process_gives_its_command_line_only_while_it_is_the_
     assert lineage.lfs_argv() == me.argv and me.argv
     monkeypatch.setattr(lineage, "_adopted", f"{me.pid}-{me.start}0")
     assert lineage.lfs_argv() is None
+
+
+@settings(max_examples=100)
+@given(st.lists(st.lists(st.integers(0, 60), max_size=40), min_size=1, max_size=5), st.data())
+def test_a_window_follows_the_batch_of_the_object_it_starts_from(batches: list[list[int]], data: st.DataObject) -> None:
+    """After the object asked for come the rest of its batch (from there on, then from the
+    batch's start), then every other guessed pointer, each once; batches past the one that
+    holds the object are not read."""
+    guess = PointerGuess(iter([[(_oid(n), n) for n in batch] for batch in batches]))
+    wanted = data.draw(st.sampled_from([n for batch in batches for n in batch] or [999]))
+    position = guess.find(_oid(wanted))
+    around = [o for o, _ in guess.around(position)]
+    order = [o for o, _ in guess.order]
+    if position is None:
+        assert around == order == list(dict.fromkeys(_oid(n) for batch in batches for n in batch))
+        return
+    k = next(k for k, batch in enumerate(batches) if wanted in batch)
+    earlier = {n for batch in batches[:k] for n in batch}
+    assert set(order) == {_oid(n) for batch in batches[: k + 1] for n in batch}
+    new = [_oid(n) for n in dict.fromkeys(batches[k]) if n not in earlier]
+    at = new.index(_oid(wanted))
+    assert around[: len(new) - 1] == new[at + 1 :] + new[:at]
+    assert sorted(around) == sorted(o for o in order if o != _oid(wanted))
