@@ -170,16 +170,8 @@ def _commits(revs: Sequence[str]) -> list[str]:
 
 def _recent_refs() -> list[str]:
     """The commits of the most recently committed branches, remote branches and tags."""
-    listed = run_git(
-        "for-each-ref",
-        "--sort=-committerdate",
-        f"--count={4 * MAX_TREES}",
-        "--format=%(objectname) %(*objectname)",
-        "refs/heads",
-        "refs/remotes",
-        "refs/tags",
-        timeout=_GIT_TIMEOUT,
-    )
+    refs = ("refs/heads", "refs/remotes", "refs/tags")
+    listed = run_git("for-each-ref", "--sort=-committerdate", f"--count={4 * MAX_TREES}", "--format=%(objectname) %(*objectname)", *refs, timeout=_GIT_TIMEOUT)
     return [line.split()[-1] for line in listed.stdout.splitlines() if line.strip()] if listed.ok else []
 
 
