@@ -102,6 +102,21 @@ def write_random_file(path: Path, size: int, seed: int) -> None:
             out.write(rng.randbytes(min(64 * MIB, left)))
 
 
+def write_model_like_file(path: Path, size: int, seed: int) -> None:
+    """Model-like weights, reproducible per seed: bf16 values of a normal distribution with
+    std 0.02 (how transformer weights are initialised, and roughly how trained ones look). Each
+    value's high byte (sign and exponent) takes few values, so byte-grouped LZ4 (BG4) stores
+    about 13% fewer bytes; random bytes, as write_random_file writes, compress not at all."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as out:
+        for left in range(size, 0, -64 * MIB):
+            count = min(64 * MIB, left)
+            values = rng.standard_normal((count + 1) // 2, dtype=np.float32) * np.float32(0.02)
+            out.write((values.view(np.uint32) >> 16).astype("<u2").tobytes()[:count])
+
+
 def model_files(directory: Path, files: int, file_mib: int) -> list[Path]:
     """`files` random files of `file_mib` MiB in `directory`, `model-<i>.bin`, each from seed i
     (the same bytes in every script and run)."""

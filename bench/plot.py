@@ -52,7 +52,7 @@ def _panels(results: dict) -> list[tuple[str, str, list[tuple[str, dict[str, flo
     w = results.get("wan")
     if w:
         tools = w["tools"]
-        names = {"push": f"push new {w['file_mib']} MiB", "clone": f"clone {w['file_mib']} MiB", "push_v2": "push v2 (1% edited)", "push_small": f"push {w['small_files']} small files", "clone_small": f"clone {w['small_files']} small files"}
+        names = {"push": f"push new {w['file_mib']} MiB", "clone": f"clone {w['file_mib']} MiB", "push_v2": "push v2 (1% edited)", "clone_model": f"clone model-like {w['model_mib']} MiB", "push_small": f"push {w['small_files']} small files", "clone_small": f"clone {w['small_files']} small files"}
         rows = [(label, {k: tools[k][phase]["seconds"] for k in ("git-xet", "git-lfs")}) for phase, label in names.items()]
         panels.append((f"git over {w['mbit']:g} Mbit/s, {w['rtt_ms']:g} ms RTT", "seconds (lower is better)", rows))
     return panels

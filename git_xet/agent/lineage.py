@@ -8,7 +8,7 @@ an agent (fork_server.py) is not the agent's descendant: it adopts the agent's i
 
 from __future__ import annotations
 
-from ..platform.processes import git_lfs_ancestor
+from ..platform.processes import git_lfs_ancestor, read_process
 
 _adopted: str | None = None
 
@@ -27,3 +27,14 @@ def adopt(process_id: str) -> None:
     """Answer `process_id` from now on: this process serves an agent of that git-lfs process."""
     global _adopted
     _adopted = process_id
+
+
+def lfs_argv() -> list[str] | None:
+    """The command line of the git-lfs process this agent works for (prefetch.py guesses its
+    queue from it), or None when the OS cannot tell or that process is gone."""
+    if _adopted is not None:
+        pid, _, start = _adopted.partition("-")
+        found = read_process(int(pid))
+        return found.argv if found is not None and found.start == start else None
+    found = git_lfs_ancestor()
+    return None if found is None else found.argv

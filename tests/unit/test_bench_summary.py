@@ -101,3 +101,19 @@ def test_over_as_many_repeats_as_tools_each_tool_runs_once_in_each_place(count: 
     assert all(sorted(order) == sorted(tools) for order in orders)
     for place in range(count):
         assert sorted(order[place] for order in orders) == sorted(tools)
+
+
+def test_the_shaped_link_rows_set_model_like_clones_against_ranged_basic() -> None:
+    """bench/wan.py's summary: each phase against git-lfs basic, and both clones (random and
+    model-like bytes) against upstream's ranged basic GETs, the model row with what was stored."""
+    phases = ("push", "clone", "push_v2", "push_model", "clone_model", "push_small", "clone_small")
+    lfs = {phase: {"seconds": 6.0, "proxy_cpu_per_s": 0.05} for phase in phases}
+    ours = {**lfs, "clone_ranged_basic": {"seconds": 6.0, "proxy_cpu_per_s": 0.05}, "clone_model_ranged_basic": {"seconds": 7.0, "proxy_cpu_per_s": 0.07}}
+    ours["clone_model"] = {"seconds": 6.3, "proxy_cpu_per_s": 0.05}
+    summary = {"mbit": 100.0, "rtt_ms": 40.0, "file_mib": 64, "model_mib": 64, "model_xorb_mib": 55.2, "small_files": 50, "tools": {"git-xet": ours, "git-lfs": lfs}}
+    rows = run_all.wan_rows(summary)
+    ranged = [row for row in rows if "ranged basic" in row]
+    assert len(ranged) == 2
+    assert "64 MiB, random" in ranged[0] and "| 1.00 |" in ranged[0]
+    assert "model-like 64 MiB (55 MiB stored)" in ranged[1] and "| 0.90 | <= 0.95 | yes |" in ranged[1]
+    assert any("clone model-like 64 MiB, bf16" in row and "| 1.05 | <= 1.0 | **no** |" in row for row in rows)
