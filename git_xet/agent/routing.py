@@ -3,8 +3,8 @@
 Three ways in (see endpoints.py for the configuration behind each):
 - git-lfs negotiated XET with the LFS server: the batch action's headers name the CAS, a token
   and, for downloads, the file hash;
-- standalone with a configured store (a directory, a bucket or a `git xet serve`): the store
-  itself answers oid lookups (XetBackend.file_for_sha256);
+- standalone with a configured store (a directory, a bucket or a `git xet serve`): the store's
+  extension answers oid lookups (GitXetExtension.file_for_sha256);
 - standalone toward a Hub-style remote (`install --native`): our own LFS batch call, then XET.
 
 Backends are kept per store for the life of the agent process, so their connection pools and
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..client.backend import XetBackend
+from ..client.backend import GitXetExtension, XetBackend
 from ..client.errors import NotFoundError, TransferError
 from ..core.hashes import is_hash_hex
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, SESSION_ID, TOKEN_EXPIRATION, header_value
@@ -178,11 +178,8 @@ class StoreRouter:
         target = self._standalone_target()
         if target.kind != "http":
             return None
-        from ..client.http_backend import HttpCasBackend
-
-        backend = self._standalone_backend(target)
-        assert isinstance(backend, HttpCasBackend)
-        return backend.lfs_object(req.oid, req.size)
+        ext = self._standalone_backend(target).extension
+        return ext.lfs_object(req.oid, req.size) if ext is not None else None
 
     def missing(self, objects: list[tuple[str, int]]) -> list[str]:
         """The oids of `objects` ((oid, size) pairs) that the store does not hold, asked as a
@@ -190,8 +187,8 @@ class StoreRouter:
         remote's LFS batch API, where a missing object comes back with a per-object 404.
         Raises when the store cannot be asked, or answers another per-object error."""
         if configured_endpoint() is not None:
-            backend = self._standalone_backend(self._standalone_target())
-            return [oid for oid, size in objects if backend.file_for_sha256(oid, size) is None]
+            ext = self._lookups(self._standalone_target())
+            return [oid for oid, size in objects if ext.file_for_sha256(oid, size) is None]
         from ..client.lfs_batch import batch_many
 
         endpoint = lfs_endpoint(self.remote)
@@ -217,8 +214,19 @@ class StoreRouter:
             # Anyone who can write the bucket can write lfs/<oid>: an upload always goes through
             # dedup (stored chunks cost a lookup, not a transfer) and writes the names it checked.
             return backend, lambda oid: None
-        found, size = backend, req.size
+        found, size = self._lookups(target), req.size
         return backend, lambda oid: found.file_for_sha256(oid, size)
+
+    def _lookups(self, target: StandaloneTarget) -> GitXetExtension:
+        """The configured store's extension, which finds an oid's file hash: every store we
+        configure offers it (a `git xet serve` that does not is older than its agent)."""
+        ext = self._standalone_backend(target).extension
+        if ext is None:
+            raise ConfigError(
+                f"the XET server {target.location} does not offer git-xet's extension (its /git-xet/v1/capabilities "
+                "answered 404), so the agent cannot find objects there by oid; upgrade that `git xet serve`"
+            )
+        return ext
 
     def _standalone_backend(self, target: StandaloneTarget) -> XetBackend:
         key = f"{target.kind}:{target.location}"

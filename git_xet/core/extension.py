@@ -45,6 +45,13 @@ class Capabilities(NamedTuple):
     @classmethod
     def from_json(cls, answer: object) -> Capabilities:
         """The capabilities a server's answer lists; none for an answer of another shape."""
+        listed = cls.listed_in(answer)
+        return listed if listed is not None else cls()
+
+    @classmethod
+    def listed_in(cls, answer: object) -> Capabilities | None:
+        """The capabilities a server's answer lists, or None when it is not an answer of ours
+        (the server does not offer the extension at all)."""
         if not isinstance(answer, dict) or answer.get("extension") != "git-xet":
-            return cls()
+            return None
         return cls(**{name: answer.get(name) is True for name in cls._fields})

@@ -100,7 +100,8 @@ def test_another_token_naming_a_clients_stream_cannot_touch_it(tmp_path: Path, s
         with Uploader(victim, global_dedup=False) as up:
             stream_id = up._stream_id
             planted, _ = single_xorb(random_bytes(200_000, 78))
-            assert attacker.upload_xorb(hashes.hash_to_hex(planted.xorb_hash), planted.body, UploadStream(stream_id, 0))
+            assert attacker.extension is not None
+            assert attacker.extension.upload_xorb(hashes.hash_to_hex(planted.xorb_hash), planted.body, UploadStream(stream_id, 0))
             result = up.add_file(source, sha256_hex=oid)
             up.finalize()
         (found,) = STREAMED.findall(server.log())
