@@ -240,7 +240,7 @@ class StoreRouter:
                 from ..client.http_backend import HttpCasBackend
                 from ..client.tokens import StaticToken
 
-                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), extension=True, checks_sha256_claims=True)  # a git xet serve
+                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), extension=True)  # a git xet serve
             self._backends[key] = backend
         return backend
 

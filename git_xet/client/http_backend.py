@@ -142,13 +142,10 @@ class HttpCasBackend:
         policy: RetryPolicy | None = None,
         http: HttpClient | None = None,
         extension: bool = False,
-        checks_sha256_claims: bool = False,
     ) -> None:
-        """`extension`: the server is a `git xet serve` (standalone mode), so it may offer our
-        extension (core/extension.py: a shard and its small xorbs in one request, small objects
-        whole, upload streams, oid lookups), which it is asked for once; never used otherwise.
-        `checks_sha256_claims`: the server is one that verifies a shard's sha256 metadata
-        (a `git xet serve`; see XetBackend.checks_sha256_claims).
+        """`extension`: the URL is a store location (a `git xet serve`, not a CAS an LFS server
+        named), so the server may offer our extension (core/extension.py), and is asked once
+        what it offers (see the `extension` property); never asked otherwise.
         `http`: the client to send requests with (the agent's router shares one among its
         backends); by default the backend makes its own, and closes it."""
         self.endpoint = endpoint.rstrip("/")
@@ -164,7 +161,6 @@ class HttpCasBackend:
         self._session_only = StoreAuth(self.session_id)  # presigned URLs: the session id alone
         self._grants_offered = True  # until the server answers a grant request with 404
         self.capabilities = ServerCapabilities(lambda path, ok: self.request("capabilities request", "GET", path, ok=ok), asked=extension)
-        self._checks_sha256_claims = checks_sha256_claims
         self._extension: ServeExtension | None = None
 
     def close(self) -> None:
@@ -186,7 +182,7 @@ class HttpCasBackend:
                 return None
             from .serve_extension import ServeExtension
 
-            self._extension = ServeExtension(self, offered, self._checks_sha256_claims)
+            self._extension = ServeExtension(self, offered)
         return self._extension
 
     # ------------------------------------------------------------------ plumbing
@@ -243,7 +239,7 @@ class HttpCasBackend:
     def send_xorb(self, xorb_hex: str, body: OutgoingBytes, named: dict[str, str] | None) -> bool:
         """upload_xorb, with these headers (the extension's upload stream) on each request to
         the CAS, never on a grant's PUT: a presigned PUT carries exactly the grant's headers."""
-        if len(body) >= DIRECT_UPLOAD_BELOW and self._grants_offered and crc64nvme is not None and not _legacy_upload():
+        if len(body) >= DIRECT_UPLOAD_BELOW and self._may_grant() and crc64nvme is not None and not _legacy_upload():
             uploaded = self._upload_granted(xorb_hex, body, named)
             if uploaded is not None:
                 return uploaded
@@ -252,6 +248,12 @@ class HttpCasBackend:
             return bool(resp.json()["was_inserted"])
         except (ValueError, KeyError, TypeError):
             raise TransferError("the server answered a xorb upload with something unexpected", retryable=True) from None
+
+    def _may_grant(self) -> bool:
+        """Whether to ask for an upload grant: not once the server answered one with 404, nor
+        where its capabilities say it offers none (then no request finds that out)."""
+        offered = self.capabilities.get()
+        return self._grants_offered and (offered is None or offered.upload_grants)
 
     def _upload_granted(self, xorb_hex: str, body: OutgoingBytes, named: dict[str, str] | None) -> bool | None:
         """Grant, PUT, commit; True if this upload stored the xorb, False if it was already

@@ -28,14 +28,13 @@ if TYPE_CHECKING:
 class ServeExtension:
     """GitXetExtension of a `git xet serve`, as its capabilities answer (`offered`) lists it."""
 
-    def __init__(self, backend: HttpCasBackend, offered: Capabilities, checks_sha256_claims: bool) -> None:
+    def __init__(self, backend: HttpCasBackend, offered: Capabilities) -> None:
         self.backend = backend
         self.offered = offered
-        self._checks_sha256_claims = checks_sha256_claims
 
     @property
     def checks_sha256_claims(self) -> bool:
-        return self._checks_sha256_claims
+        return self.offered.checks_sha256_claims
 
     def _stream_header(self, value: str) -> dict[str, str] | None:
         """X-Git-Xet-Upload-Stream with `value` (see backend.UploadStream), where the server
