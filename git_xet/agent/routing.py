@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -62,40 +61,18 @@ WHOLE_DOWNLOAD_BELOW = 1 << 20
 Lookup = Callable[[str], "str | None"]
 
 
-def _existing_store(path: Path) -> Path:
-    """The agent never creates a store: only install does (see client/location.py)."""
-    from ..client.location import is_local_store
-
-    if not is_local_store(path):
-        raise ConfigError(
-            f"the XET store {path} does not exist; create it with `git xet install --standalone {path}`, "
-            "or fix xet.endpoint if the path is mistyped or its drive is not mounted"
-        )
-    return path
-
-
-def _local_backend(location: str) -> XetBackend:
-    from ..client.local_backend import LocalStoreBackend
-
-    return LocalStoreBackend(_existing_store(Path(location)))
-
-
-def _bucket_backend(location: str) -> XetBackend:
-    """The bucket store at `location` (botocore is imported only here, for s3:// stores)."""
-    from ..client.bucket_backend import BucketBackend, open_bucket_objects
-    from ..client.shard_cache import default_cache_root
-    from ..storage.s3 import S3Error
-
-    try:
-        return BucketBackend(open_bucket_objects(location), cache_root=default_cache_root())
-    except S3Error as exc:
-        raise ConfigError(f"cannot use the XET store {location}: {exc.message}") from None
-
-
 # git_xet.client.http_client is httpx (~0.1-0.2 CPU-s to import): the fork server imports it once
 # for the command's workers, each of which would otherwise import it again with its first object.
-_HTTP_CLIENT = ("git_xet.client.http_backend", "git_xet.client.http_client", "git_xet.client.http_auth", "git_xet.client.tokens", "git_xet.client.lfs_batch", "encodings.idna")
-_LOCAL_CLIENT = ("git_xet.client.location", "git_xet.client.local_backend")
+_HTTP_CLIENT = (
+    "git_xet.client.backends",
+    "git_xet.client.http_backend",
+    "git_xet.client.http_client",
+    "git_xet.client.http_auth",
+    "git_xet.client.tokens",
+    "git_xet.client.lfs_batch",
+    "encodings.idna",
+)
+_LOCAL_CLIENT = ("git_xet.client.backends", "git_xet.client.location", "git_xet.client.local_backend")
 
 
 def client_modules() -> tuple[str, ...]:
@@ -232,17 +209,27 @@ class StoreRouter:
         key = f"{target.kind}:{target.location}"
         backend = self._backends.get(key)
         if backend is None:
-            if target.kind == "local":
-                backend = _local_backend(target.location)
-            elif target.kind == "s3":
-                backend = _bucket_backend(target.location)
-            else:
-                from ..client.http_backend import HttpCasBackend
+            from ..client.backends import MissingStoreError, open_backend
+            from ..client.location import StoreLocation
+
+            tokens = None
+            if target.kind == "http":
                 from ..client.tokens import StaticToken
 
-                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), extension=True)  # a git xet serve
+                tokens = StaticToken(target.token)
+            try:  # the agent never creates a store: only install does (see client/location.py)
+                backend = open_backend(StoreLocation(target.kind, target.location), tokens=tokens, http=self.http() if tokens else None)
+            except MissingStoreError as exc:
+                raise ConfigError(f"{exc}, or fix xet.endpoint if the path is mistyped or its drive is not mounted") from None
             self._backends[key] = backend
         return backend
+
+    def _cas_backend(self, cas: str, tokens: TokenSource, session_id: str | None = None) -> XetBackend:
+        """The backend for a CAS an LFS server named (XET alone: see client/backends.py)."""
+        from ..client.backends import open_backend
+        from ..client.location import StoreLocation
+
+        return open_backend(StoreLocation("cas", cas), tokens=tokens, session_id=session_id, http=self.http())
 
     def _negotiated(self, action: dict[str, Any], operation: str) -> XetBackend:
         headers = action.get("header")
@@ -252,7 +239,6 @@ class StoreRouter:
         key = f"cas:{cas}"
         backend = self._backends.get(key)
         if backend is None:
-            from ..client.http_backend import HttpCasBackend
             from ..client.tokens import RefreshingToken, StaticToken
 
             token = header_value(headers, ACCESS_TOKEN)
@@ -264,7 +250,7 @@ class StoreRouter:
                 tokens = RefreshingToken(href, credentials, self.http(), initial)
             else:
                 tokens = StaticToken(initial[0] if initial else None)
-            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID), http=self.http())
+            backend = self._cas_backend(cas, tokens, header_value(headers, SESSION_ID))
             self._backends[key] = backend
         return backend
 
@@ -323,7 +309,6 @@ class StoreRouter:
         file_hex = urlsplit(action["href"]).path.rstrip("/").rsplit("/", 1)[-1]
         if not is_hash_hex(file_hex):
             raise TransferError("this LFS server does not serve XET downloads (no XET hash in its download URL)")
-        from ..client.http_backend import HttpCasBackend
         from ..client.tokens import RefreshingToken
 
         hub = hub_repo(endpoint)
@@ -333,7 +318,7 @@ class StoreRouter:
             tokens = RefreshingToken(route, creds, self.http())
             tokens.token()  # learn the CAS URL
             cas = tokens.cas_url or hub.base
-            backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
+            backend = self._backends.get(f"cas:{cas}") or self._cas_backend(cas, tokens)
             self._backends[f"cas:{cas}"] = self._backends[f"read:{route}"] = backend
         return backend, lambda oid: file_hex
 

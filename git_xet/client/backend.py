@@ -61,6 +61,9 @@ class XetBackend(Protocol):
     def extension(self) -> GitXetExtension | None:
         """Our extension where this store offers it, else None (see GitXetExtension)."""
 
+    def close(self) -> None:
+        """Release what the backend holds (its connections, or its index's)."""
+
     def upload_xorb(self, xorb_hex: str, body: OutgoingBytes) -> bool:
         """Store a footerless xorb; True if it was new. Idempotent. A scattered body
         (core/scattered.py) is sent as it lies where the store allows."""

@@ -51,6 +51,9 @@ class StoreBackend:
     def checks_sha256_claims(self) -> bool:
         return False  # the Uploader computes the sha256 it claims; ingest_file compares it to the oid
 
+    def close(self) -> None:
+        """Nothing to release: the store is the server's."""
+
     def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
         return self.store.put_xorb(xorb_hex, contiguous(body))  # verified like any uploaded xorb
 
