@@ -65,6 +65,7 @@ Lookup = Callable[[str], "str | None"]
 # for the command's workers, each of which would otherwise import it again with its first object.
 _HTTP_CLIENT = (
     "git_xet.client.backends",
+    "git_xet.client.location",
     "git_xet.client.http_backend",
     "git_xet.client.http_client",
     "git_xet.client.http_auth",
@@ -200,8 +201,8 @@ class StoreRouter:
         ext = self._standalone_backend(target).extension
         if ext is None:
             raise ConfigError(
-                f"the XET server {target.location} does not offer git-xet's extension (its /git-xet/v1/capabilities "
-                "answered 404), so the agent cannot find objects there by oid; upgrade that `git xet serve`"
+                f"the XET server {target.location} does not list git-xet's extension (GET /git-xet/v1/capabilities), "
+                "so the agent cannot find objects there by oid; is it a `git xet serve` older than this agent? upgrade it"
             )
         return ext
 
