@@ -192,6 +192,8 @@ class StoreRouter:
             # Anyone who can write the bucket can write lfs/<oid>: an upload always goes through
             # dedup (stored chunks cost a lookup, not a transfer) and writes the names it checked.
             return backend, lambda oid: None
+        if req.operation == "upload" and backend.extension is None:
+            return backend, lambda oid: None  # nothing to ask it: the upload dedups all the same
         found, size = self._lookups(target), req.size
         return backend, lambda oid: found.file_for_sha256(oid, size)
 
