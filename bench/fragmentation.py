@@ -52,7 +52,7 @@ def measure(v1: bytes, v2: bytes, guard: bool, repeats: int, root: Path) -> dict
     upload_dedup.FRAGMENTATION_TARGET = target if guard else 0.0
     try:
         with running_server(root / "server" / "data") as server:
-            backend = HttpCasBackend(server.url, StaticToken(server.token("write")), extension=True, checks_sha256_claims=True)
+            backend = HttpCasBackend(server.url, StaticToken(server.token("write")), extension=True)
             cache = root / "cache"
             for data in (v1, v2):
                 with Uploader(backend, ShardCache(cache, backend.cache_key)) as up:

@@ -3,8 +3,8 @@
 Three ways in (see endpoints.py for the configuration behind each):
 - git-lfs negotiated XET with the LFS server: the batch action's headers name the CAS, a token
   and, for downloads, the file hash;
-- standalone with a configured store (a directory, a bucket or a `git xet serve`): the store
-  itself answers oid lookups (XetBackend.file_for_sha256);
+- standalone with a configured store (a directory, a bucket or a `git xet serve`): the store's
+  extension answers oid lookups (GitXetExtension.file_for_sha256);
 - standalone toward a Hub-style remote (`install --native`): our own LFS batch call, then XET.
 
 Backends are kept per store for the life of the agent process, so their connection pools and
@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..client.backend import XetBackend
+from ..client.backend import GitXetExtension, XetBackend
 from ..client.errors import NotFoundError, TransferError
 from ..core.hashes import is_hash_hex
 from ..core.http_headers import ACCESS_TOKEN, CAS_URL, FILE_HASH, SESSION_ID, TOKEN_EXPIRATION, header_value
@@ -62,40 +61,19 @@ WHOLE_DOWNLOAD_BELOW = 1 << 20
 Lookup = Callable[[str], "str | None"]
 
 
-def _existing_store(path: Path) -> Path:
-    """The agent never creates a store: only install does (see client/location.py)."""
-    from ..client.location import is_local_store
-
-    if not is_local_store(path):
-        raise ConfigError(
-            f"the XET store {path} does not exist; create it with `git xet install --standalone {path}`, "
-            "or fix xet.endpoint if the path is mistyped or its drive is not mounted"
-        )
-    return path
-
-
-def _local_backend(location: str) -> XetBackend:
-    from ..client.local_backend import LocalStoreBackend
-
-    return LocalStoreBackend(_existing_store(Path(location)))
-
-
-def _bucket_backend(location: str) -> XetBackend:
-    """The bucket store at `location` (botocore is imported only here, for s3:// stores)."""
-    from ..client.bucket_backend import BucketBackend, open_bucket_objects
-    from ..client.shard_cache import default_cache_root
-    from ..storage.s3 import S3Error
-
-    try:
-        return BucketBackend(open_bucket_objects(location), cache_root=default_cache_root())
-    except S3Error as exc:
-        raise ConfigError(f"cannot use the XET store {location}: {exc.message}") from None
-
-
 # git_xet.client.http_client is httpx (~0.1-0.2 CPU-s to import): the fork server imports it once
 # for the command's workers, each of which would otherwise import it again with its first object.
-_HTTP_CLIENT = ("git_xet.client.http_backend", "git_xet.client.http_client", "git_xet.client.http_auth", "git_xet.client.tokens", "git_xet.client.lfs_batch", "encodings.idna")
-_LOCAL_CLIENT = ("git_xet.client.location", "git_xet.client.local_backend")
+_HTTP_CLIENT = (
+    "git_xet.client.backends",
+    "git_xet.client.location",
+    "git_xet.client.http_backend",
+    "git_xet.client.http_client",
+    "git_xet.client.http_auth",
+    "git_xet.client.tokens",
+    "git_xet.client.lfs_batch",
+    "encodings.idna",
+)
+_LOCAL_CLIENT = ("git_xet.client.backends", "git_xet.client.location", "git_xet.client.local_backend")
 
 
 def client_modules() -> tuple[str, ...]:
@@ -178,11 +156,8 @@ class StoreRouter:
         target = self._standalone_target()
         if target.kind != "http":
             return None
-        from ..client.http_backend import HttpCasBackend
-
-        backend = self._standalone_backend(target)
-        assert isinstance(backend, HttpCasBackend)
-        return backend.lfs_object(req.oid, req.size)
+        ext = self._standalone_backend(target).extension
+        return ext.lfs_object(req.oid, req.size) if ext is not None else None
 
     def missing(self, objects: list[tuple[str, int]]) -> list[str]:
         """The oids of `objects` ((oid, size) pairs) that the store does not hold, asked as a
@@ -190,8 +165,8 @@ class StoreRouter:
         remote's LFS batch API, where a missing object comes back with a per-object 404.
         Raises when the store cannot be asked, or answers another per-object error."""
         if configured_endpoint() is not None:
-            backend = self._standalone_backend(self._standalone_target())
-            return [oid for oid, size in objects if backend.file_for_sha256(oid, size) is None]
+            ext = self._lookups(self._standalone_target())
+            return [oid for oid, size in objects if ext.file_for_sha256(oid, size) is None]
         from ..client.lfs_batch import batch_many
 
         endpoint = lfs_endpoint(self.remote)
@@ -217,24 +192,47 @@ class StoreRouter:
             # Anyone who can write the bucket can write lfs/<oid>: an upload always goes through
             # dedup (stored chunks cost a lookup, not a transfer) and writes the names it checked.
             return backend, lambda oid: None
-        found, size = backend, req.size
+        if req.operation == "upload" and backend.extension is None:
+            return backend, lambda oid: None  # nothing to ask it: the upload dedups all the same
+        found, size = self._lookups(target), req.size
         return backend, lambda oid: found.file_for_sha256(oid, size)
+
+    def _lookups(self, target: StandaloneTarget) -> GitXetExtension:
+        """The configured store's extension, which finds an oid's file hash: every store we
+        configure offers it (a `git xet serve` that does not is older than its agent)."""
+        ext = self._standalone_backend(target).extension
+        if ext is None:
+            raise ConfigError(
+                f"the XET server {target.location} does not list git-xet's extension (GET /git-xet/v1/capabilities), "
+                "so the agent cannot find objects there by oid; is it a `git xet serve` older than this agent? upgrade it"
+            )
+        return ext
 
     def _standalone_backend(self, target: StandaloneTarget) -> XetBackend:
         key = f"{target.kind}:{target.location}"
         backend = self._backends.get(key)
         if backend is None:
-            if target.kind == "local":
-                backend = _local_backend(target.location)
-            elif target.kind == "s3":
-                backend = _bucket_backend(target.location)
-            else:
-                from ..client.http_backend import HttpCasBackend
+            from ..client.backends import MissingStoreError, open_backend
+            from ..client.location import StoreLocation
+
+            tokens = None
+            if target.kind == "http":
                 from ..client.tokens import StaticToken
 
-                backend = HttpCasBackend(target.location, StaticToken(target.token), http=self.http(), extension=True, checks_sha256_claims=True)  # a git xet serve
+                tokens = StaticToken(target.token)
+            try:  # the agent never creates a store: only install does (see client/location.py)
+                backend = open_backend(StoreLocation(target.kind, target.location), tokens=tokens, http=self.http() if tokens else None)
+            except MissingStoreError as exc:
+                raise ConfigError(f"{exc}, or fix xet.endpoint if the path is mistyped or its drive is not mounted") from None
             self._backends[key] = backend
         return backend
+
+    def _cas_backend(self, cas: str, tokens: TokenSource, session_id: str | None = None) -> XetBackend:
+        """The backend for a CAS an LFS server named (XET alone: see client/backends.py)."""
+        from ..client.backends import open_backend
+        from ..client.location import StoreLocation
+
+        return open_backend(StoreLocation("cas", cas), tokens=tokens, session_id=session_id, http=self.http())
 
     def _negotiated(self, action: dict[str, Any], operation: str) -> XetBackend:
         headers = action.get("header")
@@ -244,7 +242,6 @@ class StoreRouter:
         key = f"cas:{cas}"
         backend = self._backends.get(key)
         if backend is None:
-            from ..client.http_backend import HttpCasBackend
             from ..client.tokens import RefreshingToken, StaticToken
 
             token = header_value(headers, ACCESS_TOKEN)
@@ -256,7 +253,7 @@ class StoreRouter:
                 tokens = RefreshingToken(href, credentials, self.http(), initial)
             else:
                 tokens = StaticToken(initial[0] if initial else None)
-            backend = HttpCasBackend(cas, tokens, session_id=header_value(headers, SESSION_ID), http=self.http())
+            backend = self._cas_backend(cas, tokens, header_value(headers, SESSION_ID))
             self._backends[key] = backend
         return backend
 
@@ -315,7 +312,6 @@ class StoreRouter:
         file_hex = urlsplit(action["href"]).path.rstrip("/").rsplit("/", 1)[-1]
         if not is_hash_hex(file_hex):
             raise TransferError("this LFS server does not serve XET downloads (no XET hash in its download URL)")
-        from ..client.http_backend import HttpCasBackend
         from ..client.tokens import RefreshingToken
 
         hub = hub_repo(endpoint)
@@ -325,7 +321,7 @@ class StoreRouter:
             tokens = RefreshingToken(route, creds, self.http())
             tokens.token()  # learn the CAS URL
             cas = tokens.cas_url or hub.base
-            backend = self._backends.get(f"cas:{cas}") or HttpCasBackend(cas, tokens, http=self.http())
+            backend = self._backends.get(f"cas:{cas}") or self._cas_backend(cas, tokens)
             self._backends[f"cas:{cas}"] = self._backends[f"read:{route}"] = backend
         return backend, lambda oid: file_hex
 

@@ -160,7 +160,7 @@ class AgentSession:
                 result = uploader.finalize()[-1]
             except TransferError as exc:
                 # A store that checks oids refused it, or something else did: say which.
-                if not exc.retryable and backend.checks_sha256_claims and (actual := _sha256_of_file(source)) != req.oid:
+                if not exc.retryable and (ext := backend.extension) is not None and ext.checks_sha256_claims and (actual := _sha256_of_file(source)) != req.oid:
                     raise _not_its_oid(source, actual) from None
                 raise
         except BaseException:

@@ -51,7 +51,7 @@ from ..platform.files import atomic_write
 from ..storage.cas_store import CasStore
 from ..storage.planning import plan_reconstruction
 from ..storage.s3 import ObjectTooLarge, S3Error, S3ObjectStore
-from .backend import UploadStream, upload_in_order
+from .backend import GitXetExtension, UploadStream, upload_in_order
 from .errors import MissingXorbsError, NotFoundError, RangeNotSatisfiableError, RejectedError, StoreDamagedError, TransferError, from_storage_error
 
 log = logging.getLogger("git_xet.bucket")
@@ -131,6 +131,11 @@ class BucketBackend:
         return f"s3:{self.objects.client.meta.endpoint_url}/{self.objects.location}"
 
     @property
+    def extension(self) -> GitXetExtension:
+        """The store itself: it answers our extension's questions from the bucket's names."""
+        return self
+
+    @property
     def checks_sha256_claims(self) -> bool:
         return False  # nothing runs beside the bucket to check a claim
 
@@ -195,9 +200,9 @@ class BucketBackend:
         return True
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
-        return upload_in_order(self, xorbs, shard, stream_id)
+        return upload_in_order(self, xorbs, shard)  # a bucket has no multi-key write
 
-    def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
+    def upload_shard(self, body: bytes) -> bool:
         """Store the shard after checking its xorbs are in the bucket, check them again (a gc
         may have removed one in between: client/bucket_gc.py), then write the names that point
         at it (files/, lfs/, dedup/), each only once its target exists."""
@@ -318,6 +323,10 @@ class BucketBackend:
         except (FileNotFoundError, ObjectTooLarge):
             return None
         return value if hashes.is_hash_hex(value) else None
+
+    def lfs_object(self, oid: str, size: int) -> None:
+        """Not offered: the bucket holds no whole objects, only xorbs (read the XET way)."""
+        return None
 
     def _file(self, file_hex: str) -> FileInfo:
         try:

@@ -18,7 +18,7 @@ from .http_types import Response
 
 log = logging.getLogger("git_xet.client")
 
-# One authenticated GET of a path with retries, accepting these statuses (HttpCasBackend._request).
+# One authenticated GET of a path with retries, accepting these statuses (HttpCasBackend.request).
 Get = Callable[[str, tuple[int, ...]], Response]
 
 
@@ -28,24 +28,26 @@ class ServerCapabilities:
 
     def __init__(self, get: Get, asked: bool) -> None:
         self._get = get
-        self._known: Capabilities | None = None if asked else Capabilities()
+        self._asked = not asked  # nothing to ask: known to offer nothing
+        self._known: Capabilities | None = None
         self._lock = threading.Lock()
 
-    def get(self) -> Capabilities:
-        """The server's capabilities (asked now if not yet: a transfer's threads wait for one
-        answer). An answer that does not parse counts as none; a failed request raises, as the
-        transfer it was asked for would have."""
+    def get(self) -> Capabilities | None:
+        """The server's capabilities, or None when it offers no extension of ours (asked now if
+        not yet: a transfer's threads wait for one answer). An answer that does not parse counts
+        as none; a failed request raises, as the transfer it was asked for would have."""
         with self._lock:
-            if self._known is None:
+            if not self._asked:
                 self._known = self._ask()
+                self._asked = True
             return self._known
 
-    def _ask(self) -> Capabilities:
+    def _ask(self) -> Capabilities | None:
         resp = self._get(CAPABILITIES, (200, 404))
         if resp.status_code == 404:
             log.info("the server offers nothing beyond the XET API; using it alone")
-            return Capabilities()
+            return None
         try:
-            return Capabilities.from_json(resp.json())
+            return Capabilities.listed_in(resp.json())
         except ValueError:
             raise TransferError("the server answered the capabilities request with something unexpected", retryable=True) from None

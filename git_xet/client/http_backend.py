@@ -5,29 +5,27 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..version import __version__
 from ..core.checksums import crc64nvme, crc64nvme_of_parts
 from ..core.errors import FormatError
-from ..core.extension import LFS_OBJECTS, UPLOAD_BUNDLES, UPLOAD_STREAM
-from ..core.hashes import hash_to_hex, hex_to_hash
-from ..core.http_headers import REFUSED_SHA256, bearer, new_session_id
+from ..core.hashes import hash_to_hex
+from ..core.http_headers import new_session_id
 from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, parts_of
 from ..core.shard import Shard, parse_shard
-from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from ..platform.memory import xorb_range_windows
-from .backend import UploadStream, upload_in_order
 from .capabilities import ServerCapabilities
 from .errors import NotFoundError, RangeNotSatisfiableError, TransferError, UrlExpiredError, error_from_body, for_status
-from .http_errors import status_error
-from .lfs_batch import batch_one
+from .http_errors import status_error, unless_refused
 from .retry import Outage, RetryPolicy, with_retries
 from .token_policy import may_send_credentials, plain_http_refusal
 from .tokens import StaticToken, TokenSource
 from .http_types import HttpClient, Response, Timeouts
+
+if TYPE_CHECKING:
+    from .serve_extension import ServeExtension
 
 log = logging.getLogger("git_xet.client")
 
@@ -144,13 +142,10 @@ class HttpCasBackend:
         policy: RetryPolicy | None = None,
         http: HttpClient | None = None,
         extension: bool = False,
-        checks_sha256_claims: bool = False,
     ) -> None:
-        """`extension`: the server is a `git xet serve` (standalone mode), so it may offer our
-        extension (core/extension.py: a shard and its small xorbs in one request, small objects
-        whole, upload streams), which it is asked for once; never used otherwise.
-        `checks_sha256_claims`: the server is one that verifies a shard's sha256 metadata
-        (a `git xet serve`; see XetBackend.checks_sha256_claims).
+        """`extension`: the URL is a store location (a `git xet serve`, not a CAS an LFS server
+        named), so the server may offer our extension (core/extension.py), and is asked once
+        what it offers (see the `extension` property); never asked otherwise.
         `http`: the client to send requests with (the agent's router shares one among its
         backends); by default the backend makes its own, and closes it."""
         self.endpoint = endpoint.rstrip("/")
@@ -165,8 +160,8 @@ class HttpCasBackend:
         self._auth = StoreAuth(self.session_id, self.tokens)  # CAS calls: session id and token
         self._session_only = StoreAuth(self.session_id)  # presigned URLs: the session id alone
         self._grants_offered = True  # until the server answers a grant request with 404
-        self.capabilities = ServerCapabilities(lambda path, ok: self._request("capabilities request", "GET", path, ok=ok), asked=extension)
-        self._checks_sha256_claims = checks_sha256_claims
+        self.capabilities = ServerCapabilities(lambda path, ok: self.request("capabilities request", "GET", path, ok=ok), asked=extension)
+        self._extension: ServeExtension | None = None
 
     def close(self) -> None:
         """Close the connection pool, unless it was passed in (then its owner closes it)."""
@@ -178,19 +173,21 @@ class HttpCasBackend:
         return self.endpoint
 
     @property
-    def checks_sha256_claims(self) -> bool:
-        return self._checks_sha256_claims
+    def extension(self) -> ServeExtension | None:
+        """Our extension, where the server lists it in its capabilities answer (asked the
+        first time this is read); None for any other server, which is used through XET alone."""
+        if self._extension is None:
+            offered = self.capabilities.get()
+            if offered is None:
+                return None
+            from .serve_extension import ServeExtension
 
-    def _stream_header(self, value: str | None) -> dict[str, str] | None:
-        """X-Git-Xet-Upload-Stream with `value` (see backend.UploadStream), where the server
-        takes upload streams; else no header."""
-        if value is None or not self.capabilities.get().upload_streams:
-            return None
-        return {UPLOAD_STREAM: value}
+            self._extension = ServeExtension(self, offered)
+        return self._extension
 
     # ------------------------------------------------------------------ plumbing
 
-    def _token(self) -> str | None:
+    def token(self) -> str | None:
         """The current token, refused (never sent) when this CAS is plain http off this
         machine: wherever the URL came from (config, a batch response), a bearer token on an
         unencrypted network is readable on every hop."""
@@ -199,7 +196,7 @@ class HttpCasBackend:
             raise TransferError(plain_http_refusal(self.endpoint, "for this CAS"))
         return token
 
-    def _request(
+    def request(
         self,
         what: str,
         method: str,
@@ -227,22 +224,36 @@ class HttpCasBackend:
 
     # ------------------------------------------------------------------ uploads
 
-    def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
+    @staticmethod
+    def posts_directly(size: int) -> bool:
+        """Whether a xorb of `size` bytes goes in one POST whether or not the server offers
+        grants (see DIRECT_UPLOAD_BELOW)."""
+        return size < DIRECT_UPLOAD_BELOW
+
+    def upload_xorb(self, xorb_hex: str, body: OutgoingBytes) -> bool:
         """Through an upload grant where the server offers them (as hf-xet >= 1.8 does: the
         bytes may go straight to object storage), else `POST /v1/xorbs`. Xorbs under
-        DIRECT_UPLOAD_BELOW bytes are posted directly either way. The requests to the CAS
-        name `stream` (X-Git-Xet-Upload-Stream) where the server takes it, never the grant's
-        PUT: a presigned PUT carries exactly the grant's headers."""
-        named = self._stream_header(f"{stream.id} {stream.seq}" if stream is not None else None)
-        if len(body) >= DIRECT_UPLOAD_BELOW and self._grants_offered and crc64nvme is not None and not _legacy_upload():
+        DIRECT_UPLOAD_BELOW bytes are posted directly either way."""
+        return self.send_xorb(xorb_hex, body, None)
+
+    def send_xorb(self, xorb_hex: str, body: OutgoingBytes, named: dict[str, str] | None) -> bool:
+        """upload_xorb, with these headers (the extension's upload stream) on each request to
+        the CAS, never on a grant's PUT: a presigned PUT carries exactly the grant's headers."""
+        if len(body) >= DIRECT_UPLOAD_BELOW and self._may_grant() and crc64nvme is not None and not _legacy_upload():
             uploaded = self._upload_granted(xorb_hex, body, named)
             if uploaded is not None:
                 return uploaded
-        resp = self._request(f"upload of xorb {xorb_hex[:12]}", "POST", f"/v1/xorbs/default/{xorb_hex}", body=body, headers=named)
+        resp = self.request(f"upload of xorb {xorb_hex[:12]}", "POST", f"/v1/xorbs/default/{xorb_hex}", body=body, headers=named)
         try:
             return bool(resp.json()["was_inserted"])
         except (ValueError, KeyError, TypeError):
             raise TransferError("the server answered a xorb upload with something unexpected", retryable=True) from None
+
+    def _may_grant(self) -> bool:
+        """Whether to ask for an upload grant: not once the server answered one with 404, nor
+        where its capabilities say it offers none (then no request finds that out)."""
+        offered = self.capabilities.get()
+        return self._grants_offered and (offered is None or offered.upload_grants)
 
     def _upload_granted(self, xorb_hex: str, body: OutgoingBytes, named: dict[str, str] | None) -> bool | None:
         """Grant, PUT, commit; True if this upload stored the xorb, False if it was already
@@ -256,7 +267,7 @@ class HttpCasBackend:
         what = f"upload grant for xorb {xorb_hex[:12]}"
         payload = {"length": len(body), "checksum": {"algo": "crc64nvme", "value": str(crc64nvme_of_parts(parts_of(body)))}}
         for _ in range(MAX_GRANTS):
-            resp = self._request(what, "POST", f"/v1/xorb-grants/default/{xorb_hex}", ok=(200, 201, 404), json=payload, headers=named)
+            resp = self.request(what, "POST", f"/v1/xorb-grants/default/{xorb_hex}", ok=(200, 201, 404), json=payload, headers=named)
             if resp.status_code == 404:
                 log.info("the server offers no upload grants; uploading xorbs directly")
                 self._grants_offered = False
@@ -269,7 +280,7 @@ class HttpCasBackend:
                 log.info("upload grant for xorb %s expired before its PUT; asking for another", xorb_hex[:12])
                 continue
             commit_path = f"/v1/xorb-commits/default/{xorb_hex}/grant/{grant.id}"
-            commit = self._request(f"commit of xorb {xorb_hex[:12]}", "POST", commit_path, ok=(200, 201, 204, 404), headers=named)
+            commit = self.request(f"commit of xorb {xorb_hex[:12]}", "POST", commit_path, ok=(200, 201, 204, 404), headers=named)
             if commit.status_code == 404:
                 log.info("the server saw no upload for grant of xorb %s; asking for another", xorb_hex[:12])
                 continue
@@ -289,37 +300,24 @@ class HttpCasBackend:
 
         return with_retries(f"upload of xorb {xorb_hex[:12]}", attempt, self.policy, self.outage, self.endpoint)
 
-    def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
-        named = self._stream_header(stream_id)
+    def upload_shard(self, body: bytes) -> bool:
+        return self.send_shard(body, None)
+
+    def send_shard(self, body: bytes, named: dict[str, str] | None) -> bool:
+        """upload_shard, with these headers (the extension's upload stream)."""
         try:
-            resp = self._request("shard upload", "POST", "/v2/shards", body=body, headers=named)
+            resp = self.request("shard upload", "POST", "/v2/shards", body=body, headers=named)
         except TransferError as exc:
             if exc.status not in (404, 501):
                 raise
-            resp = self._request("shard upload (v1)", "POST", "/v1/shards", body=body, headers=named)
+            resp = self.request("shard upload (v1)", "POST", "/v1/shards", body=body, headers=named)
             try:
                 answer = resp.json()
                 inserted = int(answer["result"]) == 1
             except (ValueError, KeyError, TypeError):
                 raise TransferError("the server answered a shard upload with something unexpected", retryable=True) from None
-            return _unless_refused(answer, inserted)
+            return unless_refused(answer, inserted)
         return self._read_shard_frames(resp.text)
-
-    def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
-        """One upload bundle (core/extension.py) where the server takes them and
-        they fit one (small xorbs, each posted directly anyway), else the usual requests in order."""
-        fits = 0 < len(xorbs) <= MAX_BUNDLE_XORBS and all(len(body) < DIRECT_UPLOAD_BELOW for _, body in xorbs)
-        if not (fits and self.capabilities.get().upload_bundles):
-            return upload_in_order(self, xorbs, shard, stream_id)
-        body = pack_bundle([(hex_to_hash(xorb_hex), xorb) for xorb_hex, xorb in xorbs], shard)
-        named = self._stream_header(stream_id)
-        resp = self._request("upload of a shard and its xorbs", "POST", UPLOAD_BUNDLES, body=body, headers=named)
-        try:
-            answer = resp.json()
-            inserted = int(answer["result"]) == 1
-        except (ValueError, KeyError, TypeError):
-            raise TransferError("the server answered an upload bundle with something unexpected", retryable=True) from None
-        return _unless_refused(answer, inserted)
 
     @staticmethod
     def _read_shard_frames(text: str) -> bool:
@@ -335,7 +333,7 @@ class HttpCasBackend:
                 result = frame.get("result")
                 if not isinstance(result, int) or isinstance(result, bool):
                     raise TransferError(f"malformed shard upload result frame: {line[:200]}", retryable=True)
-                return _unless_refused(frame, result == 1)
+                return unless_refused(frame, result == 1)
             if kind == "error":
                 refusal = error_from_body(line)
                 message = f"the server refused the shard: {refusal.message[:500]}"
@@ -348,34 +346,9 @@ class HttpCasBackend:
 
     # ------------------------------------------------------------------ lookups
 
-    def file_for_sha256(self, oid: str, size: int) -> str | None:
-        """Asked of a `git xet serve` through its Git LFS batch API: `/git-xet.git` is the batch
-        API of the repo this backend's token names, and an `xet` download action names the
-        file's hash. No action (a per-object 404, or an object of another size) means the store
-        does not hold it. A CAS without that route (the Hub's) refuses with an HTTP error."""
-        token = self._token()
-        answer = batch_one(
-            self.http, f"{self.endpoint}/git-xet.git/info/lfs", "download", ["xet"], oid, size, bearer(token) if token else {}, self.policy, self.outage
-        )
-        return answer.xet_file_hash()
-
-    def lfs_object(self, oid: str, size: int) -> bytes | None:
-        """The whole LFS object `oid` of `size` bytes in one request to a `git xet serve`
-        (core/extension.py): for small files, one round trip instead of three. None
-        when this server does not offer it or has no such object (the caller then asks the
-        usual way, which gives the definitive answer). The caller checks the sha256."""
-        if not self.capabilities.get().lfs_objects:
-            return None
-        resp = self._request(f"download of {oid[:12]}", "GET", f"{LFS_OBJECTS}/{oid}", ok=(200, 404), answer_limit=size)
-        if resp.status_code == 404:
-            return None
-        if len(resp.content) != size:
-            raise TransferError(f"the server sent {len(resp.content)} bytes of {oid[:12]}, expected {size}", retryable=True)
-        return resp.content
-
     def query_dedup(self, chunk_hash: bytes) -> Shard | None:
         try:
-            resp = self._request("dedup query", "GET", f"/v1/chunks/default/{hash_to_hex(chunk_hash)}", ok=(200, 404))
+            resp = self.request("dedup query", "GET", f"/v1/chunks/default/{hash_to_hex(chunk_hash)}", ok=(200, 404))
         except TransferError as exc:
             log.info("global dedup query failed, continuing without it: %s", exc)
             return None
@@ -393,7 +366,7 @@ class HttpCasBackend:
         headers = {"Range": f"bytes={byte_range[0]}-{byte_range[1]}"} if byte_range else {}
         for version in (2, 1):
             try:
-                resp = self._request(f"reconstruction of {file_hex[:12]}", "GET", f"/v{version}/reconstructions/{file_hex}", headers=headers)
+                resp = self.request(f"reconstruction of {file_hex[:12]}", "GET", f"/v{version}/reconstructions/{file_hex}", headers=headers)
             except TransferError as exc:
                 if exc.status == 416:
                     raise RangeNotSatisfiableError(f"byte range {byte_range} is past the end of file {file_hex}", status=416) from None
@@ -432,15 +405,3 @@ class HttpCasBackend:
             return data
 
         return with_retries(f"download of xorb {fetch.xorb[:12]}", attempt, self.policy, self.outage, self.endpoint)
-
-
-def _unless_refused(answer: object, inserted: bool) -> bool:
-    """A shard answer's `inserted`, unless the server registered some of its files without the
-    sha256 claimed for them (core/http_headers.REFUSED_SHA256): our shards claim the oid
-    git-lfs gave, so the object git-lfs asked for is not stored under that oid (the file
-    changed while it was read, or git-lfs' oid is not its content's)."""
-    refused = answer.get(REFUSED_SHA256) if isinstance(answer, dict) else None
-    if refused:
-        files = ", ".join(str(name)[:12] for name in refused[:5]) if isinstance(refused, list) else "?"
-        raise TransferError(f"the server refused the shard: file {files}: its sha256 metadata does not match its content", retryable=False)
-    return inserted

@@ -11,7 +11,7 @@ from ..core.reconstruction import FetchRange, Reconstruction
 from ..core.scattered import OutgoingBytes, contiguous
 from ..core.shard import Shard
 from ..storage.cas_store import CasStore
-from .backend import UploadStream
+from .backend import GitXetExtension, UploadStream
 from ..storage.errors import StorageError
 from ..storage.planning import plan_reconstruction
 from .errors import NotFoundError, RangeNotSatisfiableError, StoreDamagedError, TransferError, from_storage_error
@@ -30,6 +30,11 @@ class LocalStoreBackend:
         return f"local:{self.root}"
 
     @property
+    def extension(self) -> GitXetExtension:
+        """The store itself: it answers our extension's questions from its own index."""
+        return self
+
+    @property
     def checks_sha256_claims(self) -> bool:
         return False  # the writer owns the store: register_shard takes its claim as given
 
@@ -44,13 +49,14 @@ class LocalStoreBackend:
         except StorageError as exc:
             raise from_storage_error(exc, str(self.root)) from None
 
-    def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
+    def upload_shard(self, body: bytes) -> bool:
         try:
             return self.store.register_shard(body)
         except StorageError as exc:
             raise from_storage_error(exc, str(self.root)) from None
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
+        """One index transaction for a small file's xorb and its shard (CasStore.put_xorbs_with_shard)."""
         try:
             return self.store.put_xorbs_with_shard(xorbs, shard)
         except StorageError as exc:
@@ -65,6 +71,11 @@ class LocalStoreBackend:
         except StorageError as exc:
             raise from_storage_error(exc, str(self.root)) from None
         return found.file_hex if found else None
+
+    def lfs_object(self, oid: str, size: int) -> None:
+        """Not offered: a read from a directory costs no round trips, so the XET way (with each
+        chunk verified) is as quick."""
+        return None
 
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
         try:

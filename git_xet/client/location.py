@@ -37,7 +37,9 @@ class LocationError(XetError, ValueError):
 
 
 class StoreLocation(NamedTuple):
-    kind: str  # "local" (a directory), "http" (a `git xet serve` URL) or "s3" (a bucket store)
+    # "local" (a directory), "http" (a `git xet serve` URL) or "s3" (a bucket store); "cas" (a
+    # CAS a Git LFS server named, the Hub's) never comes from the parser: see backends.py
+    kind: str
     location: str  # an absolute path, or the URL without a trailing slash
 
     def __str__(self) -> str:

@@ -7,7 +7,8 @@ neither collides with a future version of the protocol:
     GET  /git-xet/v1/capabilities        what this server offers (Capabilities, as JSON)
     POST /git-xet/v1/upload-bundles      a shard and its small xorbs in one body
                                          (core/upload_bundle.py) -> {"result": 0|1}
-    GET  /git-xet/v1/lfs-objects/{oid}   a repo's LFS object, whole
+    GET  /git-xet/v1/lfs-objects/{oid}   a repo's LFS object, whole; X-Git-Xet-Hash names its
+                                         XET file hash
     X-Git-Xet-Upload-Stream              "<id> <seq>" on a xorb upload, "<id>" on its shard
                                          (server/upload_streams.py)
 
@@ -24,6 +25,7 @@ CAPABILITIES = f"{PREFIX}/capabilities"
 UPLOAD_BUNDLES = f"{PREFIX}/upload-bundles"
 LFS_OBJECTS = f"{PREFIX}/lfs-objects"  # + "/{oid}"
 UPLOAD_STREAM = "X-Git-Xet-Upload-Stream"
+FILE_HASH = "X-Git-Xet-Hash"  # on an LFS_OBJECTS answer
 
 
 class Capabilities(NamedTuple):
@@ -45,6 +47,13 @@ class Capabilities(NamedTuple):
     @classmethod
     def from_json(cls, answer: object) -> Capabilities:
         """The capabilities a server's answer lists; none for an answer of another shape."""
+        listed = cls.listed_in(answer)
+        return listed if listed is not None else cls()
+
+    @classmethod
+    def listed_in(cls, answer: object) -> Capabilities | None:
+        """The capabilities a server's answer lists, or None when it is not an answer of ours
+        (the server does not offer the extension at all)."""
         if not isinstance(answer, dict) or answer.get("extension") != "git-xet":
-            return cls()
+            return None
         return cls(**{name: answer.get(name) is True for name in cls._fields})

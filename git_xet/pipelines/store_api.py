@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ..client.backend import XetBackend
-from ..client.location import LocationError, StoreLocation, create_local_store, is_local_store, parse_store_location
+from ..client.location import LocationError, StoreLocation, parse_store_location
 from ..client.shard_cache import ShardCache, default_cache_root
 from ..core.hashes import hash_to_hex
 from .download import DownloadResult, download_to_path
@@ -101,40 +101,17 @@ def open_store(location: str, *, token: str | None = None, create: bool = False,
     kept (default: $GIT_XET_CACHE or the platform cache directory). Raises LocationError for a
     location that is not one of these forms, TransferError when the store cannot be opened.
     """
-    from ..client.errors import TransferError
+    from ..client.backends import MissingStoreError, open_backend
 
     where = parse_store_location(location)
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_root()
-    if where.kind == "local":
-        path = Path(where.location)
-        if create:
-            create_local_store(path)
-        elif not is_local_store(path):
-            raise LocationError(f"{path} is not an XET store; pass create=True to make it one, or run `git xet install --standalone {path}`")
-        from ..client.local_backend import LocalStoreBackend
-
-        local = LocalStoreBackend(path)
-        return Store(where, local, local.close, cache_root)
+    tokens = None
     if where.kind == "http":
-        from ..client.http_backend import HttpCasBackend
         from ..client.tokens import StaticToken
 
-        http = HttpCasBackend(where.location, StaticToken(token if token is not None else os.environ.get("GIT_XET_TOKEN")), extension=True)
-        return Store(where, http, http.close, cache_root)
-    # where.kind == "s3"
-    from ..client.bucket_backend import BucketBackend, create_bucket_store, open_bucket_objects
-    from ..storage.s3 import S3Error
-
+        tokens = StaticToken(token if token is not None else os.environ.get("GIT_XET_TOKEN"))
     try:
-        objects = open_bucket_objects(where.location)
-        if create:
-            create_bucket_store(objects)
-    except S3Error as exc:
-        raise TransferError(f"cannot use the XET store {where.location}: {exc.message}") from None
-    bucket = BucketBackend(objects, cache_root=cache_root)
-    try:
-        bucket.check()
-    except BaseException:
-        bucket.close()
-        raise
-    return Store(where, bucket, bucket.close, cache_root)
+        backend = open_backend(where, tokens=tokens, cache_root=cache_root, create=create)
+    except MissingStoreError as exc:
+        raise LocationError(f"{exc}, or pass create=True to make it one") from None
+    return Store(where, backend, backend.close, cache_root)

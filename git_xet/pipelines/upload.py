@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
-from ..client.backend import UploadStream, XetBackend
+from ..client.backend import UploadStream, XetBackend, upload_in_order
 from ..client.chunk_index import ChunkIndex
 from ..client.errors import MissingXorbsError, TransferError
 from ..client.shard_cache import ShardCache
@@ -36,7 +36,7 @@ from .upload_objects import Term, XorbBuffers, XorbSlot, cas_info, explained, fi
 
 log = logging.getLogger("git_xet.upload")
 
-# The last xorb of a finalize goes with the shard (XetBackend.upload_xorbs_with_shard) when
+# The last xorb of a finalize goes with the shard (GitXetExtension.upload_xorbs_with_shard) when
 # smaller than this: for a small file, one request where the store allows, not two. Larger
 # xorbs upload in the background as they fill.
 WITH_SHARD_BELOW = 1 << 20
@@ -149,11 +149,12 @@ class Uploader:
 
     def add_file(self, path: str | os.PathLike[str], sha256_hex: str | None = None) -> UploadedFile:
         """Add one file on disk. `sha256_hex` (a Git LFS oid) is what the caller says the file's
-        sha256 is: a store that computes it anyway (XetBackend.checks_sha256_claims) is sent
+        sha256 is: a store that computes it anyway (GitXetExtension.checks_sha256_claims) is sent
         the claim and refuses the shard if it is wrong, so the file is not hashed twice; for
         any other store it is computed here, and the result reports it for the caller to check."""
         self._check_usable()
-        claimed = bytes.fromhex(sha256_hex) if sha256_hex is not None and self.backend.checks_sha256_claims else None
+        checks = (ext := self.backend.extension) is not None and ext.checks_sha256_claims
+        claimed = bytes.fromhex(sha256_hex) if sha256_hex is not None and checks else None
         with MappedFile(path) as mapped:
             return self._add(mapped.view, mapped.release_before, path, claimed)
 
@@ -257,7 +258,9 @@ class Uploader:
 
     def _upload_xorb(self, built: PackedXorb, cas: CasInfo, buffer: mmap.mmap, stream: UploadStream) -> None:
         try:
-            inserted = self.backend.upload_xorb(hash_to_hex(built.xorb_hash), built.body, stream)
+            ext = self.backend.extension
+            xorb_hex = hash_to_hex(built.xorb_hash)
+            inserted = ext.upload_xorb(xorb_hex, built.body, stream) if ext is not None else self.backend.upload_xorb(xorb_hex, built.body)
         except TransferError as exc:
             raise explained(exc, [built]) from None
         finally:
@@ -352,7 +355,12 @@ class Uploader:
         sent_with_shard = sum(len(built.body) for built, _ in deferred)
         try:
             with_shard = [(hash_to_hex(built.xorb_hash), built.body.joined()) for built, _ in deferred]
-            self.backend.upload_xorbs_with_shard(with_shard, serialize_shard(shard, with_footer=False), self._stream_id)
+            body = serialize_shard(shard, with_footer=False)
+            ext = self.backend.extension
+            if ext is not None:
+                ext.upload_xorbs_with_shard(with_shard, body, self._stream_id)
+            else:
+                upload_in_order(self.backend, with_shard, body)
         except TransferError as exc:
             raise explained(exc, [built for built, _ in deferred]) from None
         finally:

@@ -1,6 +1,7 @@
 """What agents of the previous release (0.x, before core/extension.py's namespace) send, still
 accepted: our extension's routes under the XET API's `/v1/` and its `X-Xet-Upload-Stream`
-header. Our client sends only the new names; remove this module once no such agent is left.
+header; the old route's whole object still names its file in the Hub's `X-Xet-Hash`, as it
+did. Our client sends only the new names; remove this module once no such agent is left.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..core import extension as names
+from ..core.http_headers import FILE_HASH
 
 UPLOAD_BUNDLES = "/v1/xorbs-and-shard"
 LFS_OBJECTS = "/v1/lfs-objects/{oid}"
@@ -20,11 +22,16 @@ UPLOAD_STREAM = "X-Xet-Upload-Stream"
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def deprecated_routes(upload_bundle: Handler, lfs_object: Handler) -> list[Route]:
-    """The old paths of our extension's routes, answered by the same handlers."""
+def deprecated_routes(upload_bundle: Handler, lfs_object: Callable[[Request, str], Awaitable[Response]]) -> list[Route]:
+    """The old paths of our extension's routes, answered by the same handlers (`lfs_object`
+    told which header names the file)."""
+
+    async def old_lfs_object(request: Request) -> Response:
+        return await lfs_object(request, FILE_HASH)
+
     return [
         Route(UPLOAD_BUNDLES, upload_bundle, methods=["POST"]),
-        Route(LFS_OBJECTS, lfs_object),
+        Route(LFS_OBJECTS, old_lfs_object),
     ]
 
 

@@ -17,7 +17,6 @@ from starlette.routing import Route
 from ..core import hashes
 from ..core import extension as names
 from ..core.errors import FormatError
-from ..core.http_headers import FILE_HASH
 from ..core.upload_bundle import parse_bundle
 from .deprecated import deprecated_routes
 from .errors import RequestRefused
@@ -55,7 +54,11 @@ class Extension:
         where our agent would otherwise make three for a small file (oid -> file hash, the
         reconstruction, the xorb range). Served as the bridge serves `basic` downloads: each
         chunk checked against its stored hash as it is read, paced, any size; the agent asks
-        only for small files and checks the sha256 itself."""
+        only for small files and checks the sha256 itself. X-Git-Xet-Hash names the file."""
+        return await self.whole_lfs_object(request, names.FILE_HASH)
+
+    async def whole_lfs_object(self, request: Request, hash_header: str) -> Response:
+        """lfs_object, its file hash named in `hash_header` (deprecated.py names it the old way)."""
         claims = await self.state.authorize(request, "read")
         oid = request.path_params["oid"].lower()
         if not hashes.is_hash_hex(oid):
@@ -63,7 +66,7 @@ class Extension:
         stored = await in_worker(self.state.store.file_by_sha256, oid, claims.repo)
         if stored is None:
             raise RequestRefused(404, f"object {oid} not found")
-        return self.state.whole_file(stored, {FILE_HASH: stored.file_hex, "Cache-Control": "private, no-store"})
+        return self.state.whole_file(stored, {hash_header: stored.file_hex, "Cache-Control": "private, no-store"})
 
     async def upload_bundle(self, request: Request) -> Response:
         """A shard and its small xorbs in one body (core/upload_bundle.py, our agent's small
@@ -88,5 +91,5 @@ def extension_routes(ext: Extension) -> list[Route]:
         Route(names.CAPABILITIES, ext.capabilities),
         Route(names.UPLOAD_BUNDLES, ext.upload_bundle, methods=["POST"]),
         Route(names.LFS_OBJECTS + "/{oid}", ext.lfs_object),
-        *deprecated_routes(ext.upload_bundle, ext.lfs_object),
+        *deprecated_routes(ext.upload_bundle, ext.whole_lfs_object),
     ]

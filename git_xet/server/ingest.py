@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..client.backend import UploadStream
+from ..client.backend import GitXetExtension, UploadStream
 from ..client.errors import NotFoundError
 from ..core.errors import XetError
 from ..core.reconstruction import FetchRange, Reconstruction
@@ -43,13 +43,21 @@ class StoreBackend:
         return f"server:{self.repo}"
 
     @property
+    def extension(self) -> GitXetExtension:
+        """The backend itself: the store's own one-transaction bundle (put_xorbs_with_shard)."""
+        return self
+
+    @property
     def checks_sha256_claims(self) -> bool:
         return False  # the Uploader computes the sha256 it claims; ingest_file compares it to the oid
+
+    def close(self) -> None:
+        """Nothing to release: the store is the server's."""
 
     def upload_xorb(self, xorb_hex: str, body: OutgoingBytes, stream: UploadStream | None = None) -> bool:
         return self.store.put_xorb(xorb_hex, contiguous(body))  # verified like any uploaded xorb
 
-    def upload_shard(self, body: bytes, stream_id: str | None = None) -> bool:
+    def upload_shard(self, body: bytes) -> bool:
         return self.store.register_shard(body, self.repo)
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str | None = None) -> bool:
@@ -61,6 +69,9 @@ class StoreBackend:
     def file_for_sha256(self, oid: str, size: int) -> str | None:
         found = self.store.file_by_sha256(oid, self.repo)
         return found.file_hex if found is not None else None
+
+    def lfs_object(self, oid: str, size: int) -> None:
+        return None  # upload side only
 
     def reconstruction(self, file_hex: str, byte_range: tuple[int, int] | None = None) -> Reconstruction:
         raise NotFoundError("the server's ingest backend only uploads")

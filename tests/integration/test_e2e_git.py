@@ -125,6 +125,8 @@ def test_standalone_against_our_server(tmp_path: Path) -> None:
         # Capabilities asked once per agent (at most one per object here), no route probed.
         assert 1 <= pushed.count("/git-xet/v1/capabilities") <= len(files), pushed
         assert not any(p.startswith(("/v1/xorbs-and-shard", "/v1/lfs-objects")) for p in pushed), pushed
+        # A directory server lists no upload grants: the large xorb is posted, no grant asked.
+        assert not any(p.startswith("/v1/xorb-grants/") for p in pushed), pushed
 
         # Re-offering everything sends nothing new.
         before = _server_bytes(srv)

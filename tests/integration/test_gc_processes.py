@@ -176,10 +176,11 @@ def test_processes_racing_gc_keep_every_live_file_and_return_the_rest(store: Sto
     assert fsck.returncode == 0 and "0 problems" in fsck.stdout, fsck.stdout + fsck.stderr
     named: set[str] = set()
     for repo, contents in live.items():
-        backend = HttpCasBackend(store.server.url, StaticToken(store.token(repo)))
+        backend = HttpCasBackend(store.server.url, StaticToken(store.token(repo)), extension=True)
+        assert backend.extension is not None
         for blocks in contents:
             data = _content(blocks)
-            file_hex = backend.file_for_sha256(hashlib.sha256(data).hexdigest(), len(data))
+            file_hex = backend.extension.file_for_sha256(hashlib.sha256(data).hexdigest(), len(data))
             assert file_hex is not None, f"{repo} lost {blocks}"
             out = io.BytesIO()
             download(backend, file_hex, out)

@@ -44,7 +44,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _upload(server: RunningServer, path: Path, oid: str) -> str:
     """As the agent uploads to a `git xet serve`: the oid sent as the claim, the last small
     xorb in one request with the shard."""
-    backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, extension=True, checks_sha256_claims=True)
+    backend = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, extension=True)
     with Uploader(backend, global_dedup=False) as up:
         result = up.add_file(path, sha256_hex=oid)
         up.finalize()
@@ -95,12 +95,13 @@ def test_another_token_naming_a_clients_stream_cannot_touch_it(tmp_path: Path, s
     stream is keyed by its own token, so its upload still ends in the shortcut, whole."""
     oid = hashlib.sha256(source.read_bytes()).hexdigest()
     with running_server(tmp_path / "data", "--workers", "1") as server:
-        victim = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, extension=True, checks_sha256_claims=True)
+        victim = HttpCasBackend(server.url, StaticToken(server.token()), policy=FAST_RETRY, extension=True)
         attacker = HttpCasBackend(server.url, StaticToken(server.token(repo="mallory/evil")), policy=FAST_RETRY, extension=True)  # sends stream headers
         with Uploader(victim, global_dedup=False) as up:
             stream_id = up._stream_id
             planted, _ = single_xorb(random_bytes(200_000, 78))
-            assert attacker.upload_xorb(hashes.hash_to_hex(planted.xorb_hash), planted.body, UploadStream(stream_id, 0))
+            assert attacker.extension is not None
+            assert attacker.extension.upload_xorb(hashes.hash_to_hex(planted.xorb_hash), planted.body, UploadStream(stream_id, 0))
             result = up.add_file(source, sha256_hex=oid)
             up.finalize()
         (found,) = STREAMED.findall(server.log())

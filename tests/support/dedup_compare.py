@@ -45,7 +45,7 @@ def _xorb_bytes(store: CasStore) -> dict[str, int]:
 
 
 def _push_git_xet(server: RunningServer, path: Path, cache: Path, token: str) -> None:
-    backend = HttpCasBackend(server.url, StaticToken(token), extension=True, checks_sha256_claims=True)
+    backend = HttpCasBackend(server.url, StaticToken(token), extension=True)
     try:
         with Uploader(backend, ShardCache(cache, backend.cache_key)) as up:
             up.add_file(path)
