@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("git_xet.agent")
 
 ATTEMPTS = 3  # git-lfs never retries an agent error, so we do
+# Objects whose shards go into the shard cache together (one SQLite write transaction instead
+# of one per object: pipelines/upload.py, Uploader._record), and at the agent's end. Other
+# agents of the push see them that much later: what they can dedup against among one push's
+# small files is little, and the store has every object whatever the cache says.
+RECORD_BATCH = 64
 
 
 def _label_cache(directory: Path, key: str) -> None:
@@ -146,7 +151,7 @@ class AgentSession:
         key = backend.cache_key
         uploader = self._uploaders.get(key)
         if uploader is None:
-            uploader = Uploader(backend, ShardCache(default_cache_root(), key), progress=progress.add)
+            uploader = Uploader(backend, ShardCache(default_cache_root(), key), progress=progress.add, record_batch=RECORD_BATCH)
             self._uploaders[key] = uploader
         uploader.progress = progress.add
         sent_before = uploader.stats.xorb_bytes_sent

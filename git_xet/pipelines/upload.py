@@ -95,6 +95,8 @@ class Uploader:
         # mapped pages the unsent raw chunks are in).
         xorb_buffers: int = 2,
         progress: Callable[[int], None] | None = None,
+        # Shards recorded in the cache in one write transaction (see _record). 1: each at once.
+        record_batch: int = 1,
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -106,6 +108,7 @@ class Uploader:
         # file whose new chunks lie between deduplicated stretches) are only faulted back in.
         self._unsent_span = xorb_buffers * MAX_XORB_BYTES
         self.progress = progress
+        self.record_batch = record_batch
         self.stats = UploadStats()
         # Opened, not loaded: constant cost whatever the history (a private one without cache).
         self._index = self.cache.open() if self.cache else ChunkIndex.temporary()
@@ -117,6 +120,7 @@ class Uploader:
         self._uploads: list[Future[None]] = []
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel_xorbs, thread_name_prefix="git-xet-xorb-upload")
         self._pending: list[_PendingFile] = []
+        self._unrecorded: list[Shard] = []  # stored shards not in the cache yet (see _record)
         self._lock = threading.Lock()
         self._failed: BaseException | None = None
         self._new_stream()
@@ -133,6 +137,7 @@ class Uploader:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._record()  # what was stored, even if a later finalize failed
         self._buffers = XorbBuffers(self.xorb_buffers)  # drop the 64 MiB maps
         if self.cache:
             self.cache.close()
@@ -320,6 +325,7 @@ class Uploader:
             len(pending),
         )
         self.stats.store_resets += 1
+        self._unrecorded = []
         self._index.forget()
         self._finder.forget_session()
         for file in pending:
@@ -364,6 +370,19 @@ class Uploader:
             self.stats.xorbs_uploaded += len(deferred)
             self.stats.xorb_bytes_sent += sent_with_shard
         self.stats.shards_uploaded += 1
-        # Chunks of this session's closed xorbs now live in the index (the cache, if any).
-        self._index.add(shard)
-        self._finder.forget_session()
+        self._unrecorded.append(shard)
+        if len(self._unrecorded) >= self.record_batch:
+            self._record()
+
+    def _record(self) -> None:
+        """Put the stored shards not recorded yet into the index (the cache, if any), in one
+        write transaction, and from then on find their chunks there rather than in the session.
+
+        Until then their chunks stay in the session (ChunkFinder.session), so this Uploader
+        deduplicates against them as before; other processes see them only once recorded. The
+        cache only saves work: shards lost with the process (killed before this) cost a later
+        upload the bytes of those files again, never a file (the store has them)."""
+        shards, self._unrecorded = self._unrecorded, []
+        if shards:
+            self._index.add_many(shards)
+            self._finder.forget_session()

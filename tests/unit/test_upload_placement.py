@@ -124,6 +124,40 @@ def test_files_given_again_in_a_later_session_store_nothing(layout, monkeypatch:
         assert all(r.new_bytes == 0 for r in again)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(layout=layouts, batch=st.integers(1, 5))
+def test_shards_recorded_in_batches_lose_no_dedup_and_reach_the_cache_by_close(layout, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard per file, as the agent commits them, recorded in the cache `batch` at a time
+    (Uploader record_batch): until recorded, their chunks are still found in the session (each
+    distinct chunk stored once); other readers of the cache see them no later than the batch
+    fills or the Uploader closes (a later session then stores nothing)."""
+    monkeypatch.setattr(upload_dedup, "FRAGMENTATION_TARGET", 0.0)  # its own tests are below
+    files = _files(layout)
+    distinct = {chunk_hash(chunk) for data in files for chunk in _chunks(data)}
+    with tempfile.TemporaryDirectory() as root:
+        store = _RecordingStore(Path(root) / "store")
+        cache = Path(root) / "cache"
+        reader = ShardCache(cache, store.cache_key)  # another process's view of the cache
+        recorded = []
+        with Uploader(store, ShardCache(cache, store.cache_key), record_batch=batch) as up:
+            for data in files:
+                up.add_bytes(data)
+                up.finalize()
+                recorded.append(reader.usage()[0])
+        first_batch = min(batch, len(files))
+        assert recorded[: first_batch - 1] == [0] * (first_batch - 1)  # nothing before a batch is full
+        assert sorted(store.stored_chunks) == sorted(distinct)
+        xorbs = up.stats.xorbs_uploaded
+        assert reader.usage()[0] == xorbs
+        reader.close()
+        stored_before = len(store.stored_chunks)
+        with Uploader(store, ShardCache(cache, store.cache_key)) as up:
+            again = [up.add_bytes(data) for data in files]
+            up.finalize()
+        assert len(store.stored_chunks) == stored_before
+        assert all(r.new_bytes == 0 for r in again)
+
+
 # A term's events: a new term of n chunks (True) or n more chunks in the last one (False).
 term_events = st.lists(st.tuples(st.booleans(), st.integers(1, 40)), max_size=400)
 
