@@ -45,6 +45,10 @@ WITH_SHARD_BELOW = 1 << 20
 GLOBAL_DEDUP_MIN_FILE = 1 << 20
 PLACEMENT_LAG = 128  # chunks (~8 MiB) hashed ahead of the chunk being placed
 MAX_PARALLEL_XORBS = 2  # xorb uploads in flight at once, by default
+# Shards waiting to be recorded in the cache (record_batch) are recorded at once when their
+# xorbs hold this many chunks: their chunks wait in the session (a dict entry each), so a push
+# of large files keeps what it did before, a shard recorded as soon as it is stored.
+RECORD_CHUNKS = 8192
 
 
 class UploadedFile(NamedTuple):
@@ -121,6 +125,7 @@ class Uploader:
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel_xorbs, thread_name_prefix="git-xet-xorb-upload")
         self._pending: list[_PendingFile] = []
         self._unrecorded: list[Shard] = []  # stored shards not in the cache yet (see _record)
+        self._unrecorded_chunks = 0
         self._lock = threading.Lock()
         self._failed: BaseException | None = None
         self._new_stream()
@@ -325,7 +330,7 @@ class Uploader:
             len(pending),
         )
         self.stats.store_resets += 1
-        self._unrecorded = []
+        self._unrecorded, self._unrecorded_chunks = [], 0
         self._index.forget()
         self._finder.forget_session()
         for file in pending:
@@ -371,7 +376,8 @@ class Uploader:
             self.stats.xorb_bytes_sent += sent_with_shard
         self.stats.shards_uploaded += 1
         self._unrecorded.append(shard)
-        if len(self._unrecorded) >= self.record_batch:
+        self._unrecorded_chunks += sum(len(cas.chunks) for cas in shard.cas)
+        if len(self._unrecorded) >= self.record_batch or self._unrecorded_chunks >= RECORD_CHUNKS:
             self._record()
 
     def _record(self) -> None:
@@ -382,7 +388,7 @@ class Uploader:
         deduplicates against them as before; other processes see them only once recorded. The
         cache only saves work: shards lost with the process (killed before this) cost a later
         upload the bytes of those files again, never a file (the store has them)."""
-        shards, self._unrecorded = self._unrecorded, []
+        shards, self._unrecorded, self._unrecorded_chunks = self._unrecorded, [], 0
         if shards:
             self._index.add_many(shards)
             self._finder.forget_session()
