@@ -8,7 +8,7 @@ store checks the sha256 it is told: see add_file): chunks are hashed, then place
 behind: a run of chunks already stored somewhere becomes one term pointing there; new chunks go
 into the open xorb, whose upload starts as soon as it is full. `finalize()` makes everything
 added so far durable on the store (all xorbs, then the shard) and records it in the local shard
-cache.
+cache (`record_batch` shards at a time: an agent records a push's small files together).
 """
 
 from __future__ import annotations
