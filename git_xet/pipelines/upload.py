@@ -142,12 +142,14 @@ class Uploader:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        self._record()  # what was stored, even if a later finalize failed
-        self._buffers = XorbBuffers(self.xorb_buffers)  # drop the 64 MiB maps
-        if self.cache:
-            self.cache.close()
-        else:
-            self._index.close()
+        try:
+            self._record()  # what was stored, even if a later finalize failed
+        finally:
+            self._buffers = XorbBuffers(self.xorb_buffers)  # drop the 64 MiB maps
+            if self.cache:
+                self.cache.close()
+            else:
+                self._index.close()
 
     def __enter__(self) -> Uploader:
         return self
