@@ -13,16 +13,24 @@ PROGRESS_INTERVAL = 0.2
 
 
 class Progress:
-    """Monotonic, throttled progress for one object; the first byte is reported at once
-    (git-lfs holds its other workers until worker 0 reports progress)."""
+    """Monotonic, throttled progress for one object.
 
-    def __init__(self, send: Callable[[int, int], None], total: int) -> None:
+    With `first_byte`, the first byte is reported at once: git-lfs holds its other workers
+    until worker 0 reports progress on its first object (tq/adapterbase.go), and an agent
+    cannot tell whether it is worker 0, so an agent's first object does it. Later objects
+    report at most every PROGRESS_INTERVAL and once at the end: an object that takes less
+    (every small file) costs one progress line, not two (each a JSON line and a write)."""
+
+    def __init__(self, send: Callable[[int, int], None], total: int, *, first_byte: bool = True) -> None:
         self._send = send
         self.total = total
         self.reported = 0
         self.done = 0
         self._last = 0.0
-        self._report(min(1, total))
+        if first_byte:
+            self._report(min(1, total))
+        else:
+            self._last = time.monotonic()
 
     def _report(self, so_far: int) -> None:
         if so_far > self.reported:

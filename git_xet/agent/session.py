@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..client.errors import NotFoundError, TransferError
 from ..platform.files import atomic_output, atomic_write
+from ..platform.resolve import realpath_below
 from .endpoints import git_common_dir, git_config
 from .progress import Progress
 from .protocol import Transfer
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("git_xet.agent")
 
 ATTEMPTS = 3  # git-lfs never retries an agent error, so we do
+# Objects whose shards go into the shard cache together (one SQLite write transaction instead
+# of one per object: pipelines/upload.py, Uploader._record), and at the agent's end. Other
+# agents of the push see them that much later: what they can dedup against among one push's
+# small files is little, and the store has every object whatever the cache says.
+RECORD_BATCH = 64
 
 
 def _label_cache(directory: Path, key: str) -> None:
@@ -75,7 +81,7 @@ class AgentSession:
         self.router = StoreRouter(remote)
         self._uploaders: dict[str, Uploader] = {}
         self._labelled: set[str] = set()  # stores whose shard-cache directory this process has labelled
-        self._storage_roots: list[str] | None = None
+        self._storage_roots: tuple[str, ...] | None = None
         self._summaries: dict[str, PushSummary] = {}  # by operation: a push's, a clone's
 
     # ------------------------------------------------------------------ transfers
@@ -95,7 +101,7 @@ class AgentSession:
                 time.sleep(1 + attempt)
         raise AssertionError("unreachable")
 
-    def _lfs_storage_roots(self) -> list[str]:
+    def _lfs_storage_roots(self) -> tuple[str, ...]:
         """Where git-lfs keeps objects, each resolved and ending in a separator:
         <git-common-dir>/lfs, and `lfs.storage` when set (relative to the git dir, as git-lfs
         reads it)."""
@@ -105,7 +111,7 @@ class AgentSession:
             storage = git_config("lfs.storage")
             if storage:
                 roots.append(common / storage)
-            self._storage_roots = [os.path.join(os.path.realpath(root), "") for root in roots]
+            self._storage_roots = tuple(os.path.join(os.path.realpath(root), "") for root in roots)
         return self._storage_roots
 
     def _check_upload_source(self, req: Transfer) -> str:
@@ -115,11 +121,11 @@ class AgentSession:
         a thousand small files.)"""
         if req.path is None:  # the protocol parser already refuses an upload without one
             raise TransferError(f"the upload of {req.oid[:12]} names no file")
-        path = os.path.realpath(req.path)
         roots = self._lfs_storage_roots()
-        if not path.startswith(tuple(roots)):
+        path, found = realpath_below(req.path, roots)
+        if not path.startswith(roots):
             raise TransferError(f"refusing to upload {req.path}: it is outside this repository's LFS storage ({roots[0].rstrip(os.sep)})")
-        size = os.stat(path).st_size
+        size = (found or os.stat(path)).st_size
         if size != req.size:
             raise TransferError(f"{req.path} is {size} bytes, but the request says {req.size}")
         return req.path
@@ -146,7 +152,7 @@ class AgentSession:
         key = backend.cache_key
         uploader = self._uploaders.get(key)
         if uploader is None:
-            uploader = Uploader(backend, ShardCache(default_cache_root(), key), progress=progress.add)
+            uploader = Uploader(backend, ShardCache(default_cache_root(), key), progress=progress.add, record_batch=RECORD_BATCH)
             self._uploaders[key] = uploader
         uploader.progress = progress.add
         sent_before = uploader.stats.xorb_bytes_sent

@@ -207,7 +207,7 @@ def serve(lines: Iterable[str], out: ProtocolOut, remote: str | None) -> int:
         def report(so_far: int, since: int, oid: str = req.oid) -> None:  # this object's oid, bound now
             out.send(protocol.progress(oid, so_far, since))
 
-        progress = Progress(report, req.size)
+        progress = Progress(report, req.size, first_byte=session is None)
         if session is None:
             from .session import AgentSession
 

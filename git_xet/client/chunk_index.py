@@ -228,38 +228,46 @@ class ChunkIndex:
         The cache only saves uploads work: when it cannot be written (disk full, I/O error, a
         writer holding it for over a minute) the upload goes on without recording this shard.
         """
+        self.add_many([shard], now)
+
+    def add_many(self, shards: list[Shard], now: float | None = None) -> None:
+        """add() of each shard, in one write transaction: an agent uploading many small files
+        records them together (pipelines/upload.py), one commit and one level update for all."""
         now = time.time() if now is None else now
-        if shard.is_expired(now):
+        live = [shard for shard in shards if not shard.is_expired(now)]
+        if not live:
             return
         try:
-            self._add(shard)
+            self._add(live)
         except sqlite3.OperationalError as exc:
-            log.warning("could not record a shard in the shard cache %s (%s); continuing without it", self.path, exc)
+            what = "a shard" if len(live) == 1 else f"{len(live)} shards"
+            log.warning("could not record %s in the shard cache %s (%s); continuing without it", what, self.path, exc)
 
-    def _add(self, shard: Shard) -> None:
-        key = shard.chunk_hash_key
-        expiry = None if shard.footer is None or shard.footer.key_expiry >= NO_EXPIRY else min(shard.footer.key_expiry, 2**62)
+    def _add(self, shards: list[Shard]) -> None:
         added = entries = 0
         with self._write() as db:
-            for info in shard.cas:
-                if db.execute("SELECT 1 FROM xorbs WHERE hash = ? AND key = ?", (info.xorb_hash, key or _PLAIN)).fetchone():
-                    continue
-                hashes = [c.chunk_hash for c in info.chunks]
-                if not hashes or len(hashes) > 1 << _INDEX_BITS:
-                    continue
-                size = 32 * len(hashes) + _XORB_BYTES + _ENTRY_BYTES * len(hashes)
-                xid = db.execute(
-                    "INSERT INTO xorbs (hash, key, expiry, chunks, bytes) VALUES (?, ?, ?, ?, ?)",
-                    (info.xorb_hash, key or _PLAIN, expiry, b"".join(hashes), size),
-                ).lastrowid
-                assert xid is not None  # an INSERT always sets it
-                # Newest wins: the oldest xorbs are evicted first, so this entry lives longest.
-                db.executemany("INSERT OR REPLACE INTO fresh VALUES (0, ?, ?)", ((_prefix(h), xid << _INDEX_BITS | i) for i, h in enumerate(hashes)))
-                added += size
-                entries += len(hashes)
-            if key is not None:
-                db.execute("INSERT INTO keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET expiry = max(expiry, excluded.expiry)", (key, expiry or 2**62))
-                self._keys_read = float("-inf")
+            for shard in shards:
+                key = shard.chunk_hash_key
+                expiry = None if shard.footer is None or shard.footer.key_expiry >= NO_EXPIRY else min(shard.footer.key_expiry, 2**62)
+                for info in shard.cas:
+                    if db.execute("SELECT 1 FROM xorbs WHERE hash = ? AND key = ?", (info.xorb_hash, key or _PLAIN)).fetchone():
+                        continue
+                    hashes = [c.chunk_hash for c in info.chunks]
+                    if not hashes or len(hashes) > 1 << _INDEX_BITS:
+                        continue
+                    size = 32 * len(hashes) + _XORB_BYTES + _ENTRY_BYTES * len(hashes)
+                    xid = db.execute(
+                        "INSERT INTO xorbs (hash, key, expiry, chunks, bytes) VALUES (?, ?, ?, ?, ?)",
+                        (info.xorb_hash, key or _PLAIN, expiry, b"".join(hashes), size),
+                    ).lastrowid
+                    assert xid is not None  # an INSERT always sets it
+                    # Newest wins: the oldest xorbs are evicted first, so this entry lives longest.
+                    db.executemany("INSERT OR REPLACE INTO fresh VALUES (0, ?, ?)", ((_prefix(h), xid << _INDEX_BITS | i) for i, h in enumerate(hashes)))
+                    added += size
+                    entries += len(hashes)
+                if key is not None:
+                    db.execute("INSERT INTO keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET expiry = max(expiry, excluded.expiry)", (key, expiry or 2**62))
+                    self._keys_read = float("-inf")
             if added:
                 total = db.execute("UPDATE meta SET total = total + ? RETURNING total", (added,)).fetchone()[0]
                 self._settle(db, entries)

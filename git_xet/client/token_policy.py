@@ -7,6 +7,7 @@ Which credential belongs to which store is decided where tokens are configured
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from urllib.parse import urlsplit
 
@@ -25,9 +26,11 @@ def is_loopback_host(host: str) -> bool:
     return address.is_loopback
 
 
+@functools.lru_cache(maxsize=64)
 def may_send_credentials(url: str) -> bool:
     """Whether a bearer token or password may be sent to `url`: https anywhere, plain http only
-    to loopback, nothing else (a token sent over plain http is readable on every hop)."""
+    to loopback, nothing else (a token sent over plain http is readable on every hop).
+    Remembered (it depends on the URL alone): every request to a store asks it."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "https":

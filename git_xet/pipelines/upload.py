@@ -8,7 +8,7 @@ store checks the sha256 it is told: see add_file): chunks are hashed, then place
 behind: a run of chunks already stored somewhere becomes one term pointing there; new chunks go
 into the open xorb, whose upload starts as soon as it is full. `finalize()` makes everything
 added so far durable on the store (all xorbs, then the shard) and records it in the local shard
-cache.
+cache (`record_batch` shards at a time: an agent records a push's small files together).
 """
 
 from __future__ import annotations
@@ -45,6 +45,10 @@ WITH_SHARD_BELOW = 1 << 20
 GLOBAL_DEDUP_MIN_FILE = 1 << 20
 PLACEMENT_LAG = 128  # chunks (~8 MiB) hashed ahead of the chunk being placed
 MAX_PARALLEL_XORBS = 2  # xorb uploads in flight at once, by default
+# Shards waiting to be recorded in the cache (record_batch) are recorded at once when their
+# xorbs hold this many chunks: their chunks wait in the session (a dict entry each), so a push
+# of large files keeps what it did before, a shard recorded as soon as it is stored.
+RECORD_CHUNKS = 8192
 
 
 class UploadedFile(NamedTuple):
@@ -95,6 +99,8 @@ class Uploader:
         # mapped pages the unsent raw chunks are in).
         xorb_buffers: int = 2,
         progress: Callable[[int], None] | None = None,
+        # Shards recorded in the cache in one write transaction (see _record). 1: each at once.
+        record_batch: int = 1,
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -106,6 +112,7 @@ class Uploader:
         # file whose new chunks lie between deduplicated stretches) are only faulted back in.
         self._unsent_span = xorb_buffers * MAX_XORB_BYTES
         self.progress = progress
+        self.record_batch = record_batch
         self.stats = UploadStats()
         # Opened, not loaded: constant cost whatever the history (a private one without cache).
         self._index = self.cache.open() if self.cache else ChunkIndex.temporary()
@@ -117,6 +124,8 @@ class Uploader:
         self._uploads: list[Future[None]] = []
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel_xorbs, thread_name_prefix="git-xet-xorb-upload")
         self._pending: list[_PendingFile] = []
+        self._unrecorded: list[Shard] = []  # stored shards not in the cache yet (see _record)
+        self._unrecorded_chunks = 0
         self._lock = threading.Lock()
         self._failed: BaseException | None = None
         self._new_stream()
@@ -133,11 +142,14 @@ class Uploader:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        self._buffers = XorbBuffers(self.xorb_buffers)  # drop the 64 MiB maps
-        if self.cache:
-            self.cache.close()
-        else:
-            self._index.close()
+        try:
+            self._record()  # what was stored, even if a later finalize failed
+        finally:
+            self._buffers = XorbBuffers(self.xorb_buffers)  # drop the 64 MiB maps
+            if self.cache:
+                self.cache.close()
+            else:
+                self._index.close()
 
     def __enter__(self) -> Uploader:
         return self
@@ -323,6 +335,7 @@ class Uploader:
             len(pending),
         )
         self.stats.store_resets += 1
+        self._unrecorded, self._unrecorded_chunks = [], 0
         self._index.forget()
         self._finder.forget_session()
         for file in pending:
@@ -372,6 +385,20 @@ class Uploader:
             self.stats.xorbs_uploaded += len(deferred)
             self.stats.xorb_bytes_sent += sent_with_shard
         self.stats.shards_uploaded += 1
-        # Chunks of this session's closed xorbs now live in the index (the cache, if any).
-        self._index.add(shard)
-        self._finder.forget_session()
+        self._unrecorded.append(shard)
+        self._unrecorded_chunks += sum(len(cas.chunks) for cas in shard.cas)
+        if len(self._unrecorded) >= self.record_batch or self._unrecorded_chunks >= RECORD_CHUNKS:
+            self._record()
+
+    def _record(self) -> None:
+        """Put the stored shards not recorded yet into the index (the cache, if any), in one
+        write transaction, and from then on find their chunks there rather than in the session.
+
+        Until then their chunks stay in the session (ChunkFinder.session), so this Uploader
+        deduplicates against them as before; other processes see them only once recorded. The
+        cache only saves work: shards lost with the process (killed before this) cost a later
+        upload the bytes of those files again, never a file (the store has them)."""
+        shards, self._unrecorded, self._unrecorded_chunks = self._unrecorded, [], 0
+        if shards:
+            self._index.add_many(shards)
+            self._finder.forget_session()

@@ -77,6 +77,7 @@ from git_xet.client.http_types import (
 )
 from git_xet.client.tokens import StaticToken
 from git_xet.client.http_client import MAX_REDIRECTS, SEND_PIECE, Client
+from git_xet.client.http_pool import COALESCE_BELOW
 from git_xet.core.http_headers import SESSION_ID
 from git_xet.core.reconstruction import FetchRange
 from git_xet.core.scattered import ScatteredBytes
@@ -554,6 +555,35 @@ def test_a_scattered_body_arrives_whole_however_it_is_cut(server: CountingServer
     assert (resp.status_code, resp.text) == (200, _sha(data))
     seen = _last(server)
     assert seen.body == data and _values(seen.fields, "content-length") == [str(size)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(size=BODY_SIZES, cuts=st.lists(st.integers(0, 3 * SLICE), max_size=8), seed=st.integers(0, 1000))
+def test_a_small_body_leaves_in_one_write_with_its_head(server: CountingServer, size: int, cuts: list[int], seed: int) -> None:
+    """A body under COALESCE_BELOW (a small file's upload bundle) goes in its head's write: one
+    send, and one read for the server to wake up to. A larger one follows its head, which goes
+    alone (so that a failed head write still tells a request the server never saw)."""
+    data = random_bytes(size, seed)
+    writes: list[bytes] = []
+    original = SyncStream.write
+
+    def recorded(self: SyncStream, buffer: bytes, timeout: float | None = None) -> None:
+        if buffer:
+            writes.append(bytes(buffer))
+        original(self, buffer, timeout)
+
+    server.requests.clear()
+    with _client() as client, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SyncStream, "write", recorded)
+        resp = client.request("POST", server.url + "/echo", body=_cut(data, cuts))
+    assert (resp.status_code, resp.text) == (200, _sha(data))
+    assert _last(server).body == data
+    sent = b"".join(writes)
+    assert sent.startswith(b"POST /echo ") and sent.endswith(b"\r\n\r\n" + data)
+    if 0 < size < COALESCE_BELOW:
+        assert len(writes) == 1
+    else:
+        assert writes[0].endswith(b"\r\n\r\n") and len(writes[0]) == len(sent) - size
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from git_xet.core.chunking import chunk_boundaries
 from git_xet.core.hashes import chunk_hash
 from git_xet.core.scattered import OutgoingBytes, contiguous
 from git_xet.core.xorb import verify_xorb
-from git_xet.pipelines import upload_dedup
+from git_xet.pipelines import upload, upload_dedup
 from git_xet.pipelines.download import download
 from git_xet.pipelines.upload import Uploader
 from git_xet.pipelines.upload_dedup import FRAGMENTATION_HYSTERESIS, FRAGMENTATION_TARGET, FRAGMENTATION_WINDOW
@@ -122,6 +122,64 @@ def test_files_given_again_in_a_later_session_store_nothing(layout, monkeypatch:
         assert [r.file_hex for r in again] == [r.file_hex for r in first]
         assert len(store.stored_chunks) == stored_before
         assert all(r.new_bytes == 0 for r in again)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(layout=layouts, batch=st.integers(1, 5))
+def test_shards_recorded_in_batches_lose_no_dedup_and_reach_the_cache_by_close(layout, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard per file, as the agent commits them, recorded in the cache `batch` at a time
+    (Uploader record_batch): until recorded, their chunks are still found in the session (each
+    distinct chunk stored once); other readers of the cache see them no later than the batch
+    fills or the Uploader closes (a later session then stores nothing)."""
+    monkeypatch.setattr(upload_dedup, "FRAGMENTATION_TARGET", 0.0)  # its own tests are below
+    files = _files(layout)
+    distinct = {chunk_hash(chunk) for data in files for chunk in _chunks(data)}
+    with tempfile.TemporaryDirectory() as root:
+        store = _RecordingStore(Path(root) / "store")
+        cache = Path(root) / "cache"
+        reader = ShardCache(cache, store.cache_key)  # another process's view of the cache
+        recorded = []
+        with Uploader(store, ShardCache(cache, store.cache_key), record_batch=batch) as up:
+            for data in files:
+                up.add_bytes(data)
+                up.finalize()
+                recorded.append(reader.usage()[0])
+        first_batch = min(batch, len(files))
+        assert recorded[: first_batch - 1] == [0] * (first_batch - 1)  # nothing before a batch is full
+        assert sorted(store.stored_chunks) == sorted(distinct)
+        xorbs = up.stats.xorbs_uploaded
+        assert reader.usage()[0] == xorbs
+        reader.close()
+        stored_before = len(store.stored_chunks)
+        with Uploader(store, ShardCache(cache, store.cache_key)) as up:
+            again = [up.add_bytes(data) for data in files]
+            up.finalize()
+        assert len(store.stored_chunks) == stored_before
+        assert all(r.new_bytes == 0 for r in again)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(layout=layouts, bound=st.integers(1, 6))
+def test_shards_holding_many_chunks_are_recorded_at_once(layout, bound: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards waiting to be recorded are recorded as soon as their xorbs hold RECORD_CHUNKS
+    chunks (their chunks wait in memory, in the session), whatever record_batch says."""
+    monkeypatch.setattr(upload, "RECORD_CHUNKS", bound)
+    files = _files(layout)
+    with tempfile.TemporaryDirectory() as root:
+        store = _RecordingStore(Path(root) / "store")
+        cache = Path(root) / "cache"
+        reader = ShardCache(cache, store.cache_key)
+        with Uploader(store, ShardCache(cache, store.cache_key), record_batch=1000) as up:
+            waiting = 0  # chunks of the stored xorbs not recorded yet
+            for data in files:
+                before = len(store.stored_chunks)
+                up.add_bytes(data)
+                up.finalize()
+                waiting += len(store.stored_chunks) - before
+                if waiting >= bound:
+                    waiting = 0  # recorded now
+                assert (reader.usage()[0] == up.stats.xorbs_uploaded) == (waiting == 0)
+        reader.close()
 
 
 # A term's events: a new term of n chunks (True) or n more chunks in the last one (False).
