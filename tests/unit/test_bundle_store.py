@@ -7,6 +7,7 @@ that gc took meanwhile stored again before it is indexed."""
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from git_xet.core.xorb import XorbBuilder
 from git_xet.pipelines.file_hashing import FileDigest, hash_bytes
 from git_xet.storage.cas_store import BUNDLE_CHUNKS, CasStore
 from git_xet.storage.errors import Rejected, StorageError
+from git_xet.storage.history import open_history
 from git_xet.storage.index_base import COLUMNS, ShardRegistration
 from tests.support.datagen import random_bytes
 
@@ -129,11 +131,11 @@ class _CountedIndexWrites:
             self.calls.append("add_xorb")
             return add_xorb(*args, **kwargs)
 
-        def counted_register_shard(registration: ShardRegistration) -> bool:
+        def counted_register_shard(registration: ShardRegistration, alongside=None) -> bool:
             self.calls.append("register_shard")
             if before_registering is not None:
                 before_registering()
-            return register_shard(registration)
+            return register_shard(registration, alongside)
 
         index.add_xorb = counted_add_xorb  # type: ignore[method-assign]
         index.register_shard = counted_register_shard  # type: ignore[method-assign]
@@ -153,6 +155,31 @@ def test_a_small_files_bundle_is_one_index_write(tmp_path: Path) -> None:
         writes.calls.clear()
         assert store.put_xorbs_with_shard(*_bundle(files, False, [hashlib.sha256(f).digest() for f in files]), verify_sha256=True)
         assert writes.calls == ["add_xorb", "add_xorb", "register_shard"]
+    finally:
+        store.close()
+
+
+def test_a_small_files_push_row_is_written_in_its_registrations_commit(tmp_path: Path) -> None:
+    """The history's row of a push (History.push_alongside) costs the index no commit of its
+    own, is written only when the shard is new for the repo, and is best effort: with its
+    table gone the registration still stands."""
+    data = random_bytes(40_000, 7)
+    bundle = _bundle([data], True, [hashlib.sha256(data).digest()])
+    store = CasStore(tmp_path / "store")
+    history = open_history(None, tmp_path / "store", index=store.index)
+    try:
+        commits = store.index._file._commits  # type: ignore[attr-defined]
+        assert store.put_xorbs_with_shard(*bundle, verify_sha256=True, alongside=history.push_alongside("team/a", 1, len(data)))
+        assert store.index._file._commits == commits + 1  # type: ignore[attr-defined]
+        assert [(p.repo, p.files, p.bytes) for p in history.recent_pushes()] == [("team/a", 1, len(data))]
+        assert not store.put_xorbs_with_shard(*bundle, verify_sha256=True, alongside=history.push_alongside("team/a", 1, len(data)))
+        assert len(history.recent_pushes()) == 1
+        other = random_bytes(30_000, 8)
+        alongside = history.push_alongside("team/a", 1, len(other))
+        with sqlite3.connect(tmp_path / "store" / "index.sqlite") as db:
+            db.execute("DROP TABLE history_pushes")
+        assert store.put_xorbs_with_shard(*_bundle([other], True, [hashlib.sha256(other).digest()]), verify_sha256=True, alongside=alongside)
+        assert store.stats()["files"] == 2
     finally:
         store.close()
 
