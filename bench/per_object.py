@@ -19,6 +19,15 @@ storing one object into a fresh local store (its start-up, as each of git-lfs's 
 pays it), then one storing `--objects` (125: a 1000-file push's share per agent), and
 `python -c pass` for scale. Unlike seconds, the counts repeat from run to run whatever else
 the machine is doing, so two versions compare on one noisy machine.
+
+    python bench/per_object.py --server-instructions [--objects 100]
+
+counts the server's instead: a fresh `git xet serve` under callgrind, its counters zeroed once
+it is up and dumped once one agent has stored `--objects` objects through it; per object. Near
+the same from run to run (within ~1%: how often the event loop wakes depends on timing), and
+user-space only: the kernel's share (fsyncs, SQLite's writes) is not in it. Valgrind runs
+SHA-256 without the CPU's SHA extensions, so the server's sha256 of each object weighs ~1 M
+instructions here (30 per byte) where the machine spends ~2 cycles per byte.
 """
 
 from __future__ import annotations
@@ -117,6 +126,38 @@ def agent_instructions(objects: int) -> dict:
     return {"objects": objects, "machine": machine(), "instructions": counts, "per_extra_object": per_object}
 
 
+def server_instructions(objects: int) -> dict:
+    """Instructions of a `git xet serve` (callgrind, every thread) while one agent stores
+    `objects` objects through it, from its counters zeroed after start-up to a dump after."""
+    compile_bytecode()
+    with tempfile.TemporaryDirectory(prefix="git-xet-bench-server-instructions-") as tmp:
+        base = Path(tmp)
+        requests = lfs_objects(base / "repo", objects)
+        env = dict(os.environ, GIT_XET_CACHE=str(base / "cache"))
+        dumps = base / "callgrind.out"
+        with running_server(base / "data", wrapper=("valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}.%p")) as srv:
+            env["GIT_XET_ENDPOINT"] = srv.url
+            env["GIT_XET_TOKEN"] = srv.token("write")
+            pid = str(srv.process.pid)
+            subprocess.run(["callgrind_control", "--zero", pid], check=True, capture_output=True, timeout=120)
+            agent_cpu(base / "repo", requests, env)
+            subprocess.run(["callgrind_control", f"--dump={MEASURED}", pid], check=True, capture_output=True, timeout=120)
+            counted = _dumped_instructions(base)
+    return {"objects": objects, "machine": machine(), "instructions": counted, "per_object": counted / objects}
+
+
+MEASURED = "measured"  # the name of callgrind's dump of the agent's objects
+
+
+def _dumped_instructions(directory: Path) -> int:
+    """The instructions in the callgrind dump named MEASURED under `directory`."""
+    for dump in directory.glob("callgrind.out.*"):
+        text = dump.read_text(errors="replace")
+        if f"Trigger: dump {MEASURED}" in text:
+            return max(int(line.split()[1]) for line in text.splitlines() if line.startswith(("summary:", "totals:")))
+    raise RuntimeError(f"no callgrind dump {MEASURED!r} in {directory}: is valgrind's callgrind_control installed?")
+
+
 @contextmanager
 def store(kind: str, root: Path, env: dict[str, str]) -> Iterator[int | None]:
     """A fresh store of `kind` configured in `env`; yields the server's pid (None: no server)."""
@@ -170,7 +211,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind instead of timing")
+    parser.add_argument("--server-instructions", action="store_true", help="count the server's instructions per object under callgrind")
     args = parser.parse_args()
+    if args.server_instructions:
+        counted = server_instructions(args.objects if args.objects != parser.get_default("objects") else 100)
+        print(f"server instructions (callgrind) per object stored through it: {counted['per_object'] / 1e6:.2f} M ({counted['objects']} objects); {counted['machine']}")
+        write_json(args.json, counted)
+        return
     if args.instructions:
         objects = args.objects if args.objects != parser.get_default("objects") else 125
         counted = agent_instructions(max(objects, 2))

@@ -8,7 +8,8 @@ The routes, by API:
     extension.py   ours: what our agent uses beyond the XET API (small files)
     operator.py    /health, /ready, /metrics and the admin page; admin_api.py its JSON API
     file_chunk_hashes.py  GET /v2/file-chunk-hashes/{file} (range edits, hf-xet's newer API)
-A new API's routes come from a function of its own module, added to the list in create_app.
+A new API's routes come from a function of its own module, added to the list in create_app
+(route_order.py then puts fixed paths first).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..core import extension as names
 from .access_log import AccessLog
 from .cas_api import CasApi, cas_routes
 from .errors import exception_handlers
@@ -27,6 +29,7 @@ from .file_chunk_hashes import file_chunk_hashes_routes
 from .grants import Grants, grant_routes
 from .hub import HubEmulation, hub_routes
 from .locks import LockApi, lock_routes
+from .route_order import static_routes_first
 from .state import ServerConfig, ServerState
 
 
@@ -49,7 +52,7 @@ def create_app(config: ServerConfig) -> Starlette:
         *admin_api_routes(state),
     ]
     starlette = Starlette(
-        routes=routes,
+        routes=static_routes_first(routes, hot=(names.UPLOAD_BUNDLES,)),
         exception_handlers={kind: _counting_errors(handler, metrics.storage_error) for kind, handler in exception_handlers().items()},
     )
     starlette.router.redirect_slashes = False  # an API answers, it does not redirect

@@ -48,14 +48,24 @@ GRANTS = Counter("git_xet_upload_grants", "Upload grants issued, committed, and 
 STORE_ERRORS = Counter("git_xet_storage_errors", "Errors of the index database and of the object store answered as 5xx", ["store"])
 
 
+# The labelled series each (route template, method, status) moves, looked up once: labels()
+# checks and joins its values under a lock at every call, 5 of the 7.4 us observe_request
+# took per request. As many entries as there are series (route templates, methods, statuses).
+_SERIES: dict[tuple[str, str, int], tuple[Counter, Histogram, Counter, Counter]] = {}
+
+
 def observe_request(route: str, method: str, status: int, seconds: float, bytes_in: int, bytes_out: int) -> None:
     """One answered request (called by the access log middleware)."""
-    REQUESTS.labels(route, method, str(status)).inc()
-    LATENCY.labels(route, method).observe(seconds)
+    series = _SERIES.get((route, method, status))
+    if series is None:
+        series = _SERIES[(route, method, status)] = (REQUESTS.labels(route, method, str(status)), LATENCY.labels(route, method), BYTES_IN.labels(route), BYTES_OUT.labels(route))
+    requests, latency, received, sent = series
+    requests.inc()
+    latency.observe(seconds)
     if bytes_in:
-        BYTES_IN.labels(route).inc(bytes_in)
+        received.inc(bytes_in)
     if bytes_out:
-        BYTES_OUT.labels(route).inc(bytes_out)
+        sent.inc(bytes_out)
     event = GRANT_ANSWERS.get((route, status))
     if event is not None:
         grant_event(event)

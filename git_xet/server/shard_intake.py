@@ -10,7 +10,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..core import hashes
 from ..core.errors import FormatError
@@ -82,9 +82,9 @@ class ShardIntake:
     def register(self, body: bytes, repo: str, refused: list[str], progress=None, parsed: Shard | None = None, stream: StreamRef | None = None) -> bool:
         """Register a shard; files whose sha256 claim is wrong go into `refused` (see shard_result)."""
         prefix = self._stream_prefix(stream)
-        inserted = self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix, refused=refused)
-        if inserted:
-            self.record_push(repo, parsed if parsed is not None else parse_shard(body))
+        alongside = self._push_alongside(repo, parsed)
+        inserted = self.store.register_shard(body, repo, verify_sha256=True, progress=progress, parsed=parsed, prefix=prefix, refused=refused, alongside=alongside)
+        self._pushed(inserted, alongside, repo, parsed, body)
         return inserted
 
     def store_bundle(
@@ -93,18 +93,47 @@ class ShardIntake:
         """A bundle's xorbs, then its shard, in one worker turn: per small file, the thread
         hand-offs cost more than the work."""
         prefix = self._stream_prefix(stream)
-        inserted = self.store.put_xorbs_with_shard([(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs], shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix, refused=refused)
-        if inserted:
-            self.record_push(repo, parsed if parsed is not None else parse_shard(shard))
+        alongside = self._push_alongside(repo, parsed)
+        hexed = [(hashes.hash_to_hex(h), xorb) for h, xorb in xorbs]
+        inserted = self.store.put_xorbs_with_shard(hexed, shard, repo, verify_sha256=True, parsed=parsed, prefix=prefix, refused=refused, alongside=alongside)
+        self._pushed(inserted, alongside, repo, parsed, shard)
         return inserted
+
+    def _push_alongside(self, repo: str, parsed: Shard | None) -> Callable[[Any], None] | None:
+        """The history's row of this push, written in the registration's own transaction
+        (History.push_alongside), when the shard is parsed already; else None (record_push)."""
+        if parsed is None:
+            return None
+        try:
+            return self.history.push_alongside(repo, *_push_figures(parsed))
+        except Exception as exc:  # noqa: BLE001 - any database failure: logged, never fails the push
+            log.warning("could not record a push of %s in the history: %s", repo, type(exc).__name__)
+            return None
+
+    def _pushed(self, inserted: bool, alongside: Callable[[Any], None] | None, repo: str, parsed: Shard | None, body: bytes) -> None:
+        """After a registration: its history row, unless written alongside it; the totals' sample if due."""
+        if not inserted:
+            return
+        if alongside is None:
+            self.record_push(repo, parsed if parsed is not None else parse_shard(body))
+            return
+        try:
+            self.history.sample_if_due()
+        except Exception as exc:  # noqa: BLE001 - as record_push
+            log.warning("could not record the store's totals in the history: %s", type(exc).__name__)
 
     def record_push(self, repo: str, shard: Shard) -> None:
         """A shard a repo newly registered, in the history the admin page shows (best effort:
         the push has succeeded whether or not its row is written)."""
         try:
-            self.history.record_push(repo, len(shard.files), sum(t.unpacked_bytes for f in shard.files for t in f.terms))
+            self.history.record_push(repo, *_push_figures(shard))
         except Exception as exc:  # noqa: BLE001 - any database failure: logged, never fails the push
             log.warning("could not record a push of %s in the history: %s", repo, type(exc).__name__)
+
+
+def _push_figures(shard: Shard) -> tuple[int, int]:
+    """A push's files and bytes, as the history records them."""
+    return len(shard.files), sum(t.unpacked_bytes for f in shard.files for t in f.terms)
 
 
 def shard_result(inserted: bool, refused: list[str]) -> dict[str, object]:

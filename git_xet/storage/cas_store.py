@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, NamedTuple, Protocol
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from ..core import hashes
 from ..core.errors import FormatError
@@ -254,6 +254,7 @@ class CasStore:
         parsed: Shard | None = None,
         prefix: Sha256Prefix | None = None,
         refused: list[str] | None = None,
+        alongside: Callable[[Any], None] | None = None,
     ) -> bool:
         """put_xorb of each xorb, then register_shard: an upload bundle (a small file's xorb
         and its shard; or a large file's last xorb, and its shard), with the same checks,
@@ -274,7 +275,7 @@ class CasStore:
         if len(pending) != 1 or shard is None or chunks_referenced(shard) > BUNDLE_CHUNKS:
             for xorb_hex, body in pending:
                 self.put_xorb(xorb_hex, body)
-            return self.register_shard(shard_body, repo, verify_sha256, parsed=shard, prefix=prefix, refused=refused)
+            return self.register_shard(shard_body, repo, verify_sha256, parsed=shard, prefix=prefix, refused=refused, alongside=alongside)
         xorb_hex, body = pending[0]
         key = self.xorb_key(xorb_hex)
         verified = self._verified(xorb_hex, lambda expected: verify_xorb(body, expected))
@@ -289,7 +290,7 @@ class CasStore:
                     raise
                 new_xorb = NewXorb(verified.layout(), len(verified.body), self._restorer(key, verified))
                 registration = registration._replace(new_xorbs=(new_xorb,))
-            return self._record(registration, shard_body)
+            return self._record(registration, shard_body, alongside)
 
     def _keep_alive(self, key: str) -> None:
         """A push uploads a xorb the store holds, and names it in a shard soon. If the object was
@@ -515,6 +516,7 @@ class CasStore:
         parsed: Shard | None = None,
         prefix: Sha256Prefix | None = None,
         refused: list[str] | None = None,
+        alongside: Callable[[Any], None] | None = None,
     ) -> bool:
         """Validate an uploaded shard and register its files for `repo`, all or nothing.
 
@@ -538,6 +540,8 @@ class CasStore:
         `parsed`: what parse_shard(body) gave, when the caller has parsed it already.
         `prefix`: a sha256 computed while the xorbs arrived (see Sha256Prefix), continued
         instead of starting over for a file that begins with its xorbs.
+        `alongside`: rows of the index's database written in the registration's transaction
+        when the shard is new for the repo (see MetadataIndex.register_shard).
 
         Returns True when the shard was new for this repo (result 1), False for a repeat.
         """
@@ -545,7 +549,7 @@ class CasStore:
             shard = parsed if parsed is not None else parse_shard(body)
         except FormatError as exc:
             raise Rejected(f"invalid shard: {exc}") from None
-        return self._record(self._checked_registration(body, shard, repo, verify_sha256, progress, prefix=prefix, refused=refused), body)
+        return self._record(self._checked_registration(body, shard, repo, verify_sha256, progress, prefix=prefix, refused=refused), body, alongside)
 
     def _checked_registration(
         self,
@@ -613,13 +617,13 @@ class CasStore:
         in_index = len(body) < SHARD_IN_INDEX_BELOW
         return ShardRegistration(shard_id, len(body), repo, tuple(files), self._dedup_entries(shard, layouts), body if in_index else None)
 
-    def _record(self, registration: ShardRegistration, body: bytes) -> bool:
+    def _record(self, registration: ShardRegistration, body: bytes, alongside: Callable[[Any], None] | None = None) -> bool:
         """Write what _checked_registration decided: the shard's object (unless its index row
         keeps it), then the index."""
         with self._full_disk_reported():
             if registration.body is None:
                 self.objects.put(f"shards/{registration.shard_id}.mdb", body)
-            return self.index.register_shard(registration)
+            return self.index.register_shard(registration, alongside)
 
     def shard_bytes(self, shard_id: str) -> bytes:
         """A registered shard's bytes, from its index row or its object; FileNotFoundError if gone."""

@@ -9,8 +9,9 @@ database replicas share), in tables of its own that the index never reads:
 
 Recording is best effort: a push never fails because its history row could not be written (the
 failure is logged and counted as an index error). Nor does it cost a push a sync: on SQLite the
-row is written through the index's own writer without an fsync of its own (durable with the
-index's next synced commit), on PostgreSQL with `synchronous_commit = off`. A separate SQLite
+row is written in the shard registration's own transaction (push_alongside), or else through
+the index's own writer without an fsync of its own (durable with the index's next synced
+commit), on PostgreSQL with `synchronous_commit = off`. A separate SQLite
 connection cost each small-file push a commit, an fsync and, when it met the index's writer,
 SQLite's busy sleeps: a third of the server's time on a push of 300 small files. The store's totals are computed from the
 index tables on demand (StoreTotals), so every replica reports the same figures.
@@ -32,6 +33,7 @@ from .index_sqlite import SqliteIndex
 
 log = logging.getLogger("git_xet.server")
 
+_INSERT_PUSH = "INSERT INTO history_pushes VALUES (?, ?, ?, ?)"
 # A sample of the store's totals is recorded with a push at most this often.
 SAMPLE_INTERVAL = 3600
 RECENT_PUSHES = 50
@@ -149,7 +151,31 @@ class History:
     def record_push(self, repo: str, files: int, size: int, now: float | None = None) -> None:
         """A shard newly registered by `repo`; and, at most once per SAMPLE_INTERVAL, the totals."""
         at = time.time() if now is None else now
-        self._write("INSERT INTO history_pushes VALUES (?, ?, ?, ?)", (at, repo, files, size))
+        self._write(_INSERT_PUSH, (at, repo, files, size))
+        self.sample_if_due(at)
+
+    def push_alongside(self, repo: str, files: int, size: int) -> Callable[[Any], None] | None:
+        """record_push's row, as a write for the shard registration's own transaction (the
+        `alongside` of CasStore.register_shard), when this history writes through the index's
+        SQLite writer: a small file's push then commits once, not twice (a BEGIN, a COMMIT and
+        its WAL frames less per small file). None otherwise (PostgreSQL, a read-only store):
+        record_push after the registration instead. Either way, sample_if_due after it."""
+        if self._transaction is None or not self.writable:
+            return None
+        self._ensure_tables()
+        insert = self._sql(_INSERT_PUSH)
+
+        def write(db: Any) -> None:
+            try:
+                db.execute(insert, (time.time(), repo, files, size))
+            except sqlite3.Error as exc:  # best effort: the registration stands without its row
+                log.warning("could not record a push of %s in the history: %s", repo, type(exc).__name__)
+
+        return write
+
+    def sample_if_due(self, at: float | None = None) -> None:
+        """The store's totals, if this process has seen no sample for SAMPLE_INTERVAL."""
+        at = time.time() if at is None else at
         if not self.writable or at - self._last_sample < SAMPLE_INTERVAL:
             return  # this process saw a sample recent enough: no query per push
         last = self._query("SELECT max(at) FROM history_samples WHERE kind = 'push'")

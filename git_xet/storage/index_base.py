@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..core.hashes import XetHash, hash_to_hex, hex_to_hash
 from ..core.shard import FileTerm
@@ -145,12 +145,14 @@ class MetadataIndex(Protocol):
 
     def get_file(self, file_hex: str) -> StoredFile | None: ...
 
-    def register_shard(self, shard: ShardRegistration) -> bool:
+    def register_shard(self, shard: ShardRegistration, alongside: Callable[[Any], None] | None = None) -> bool:
         """Record a shard, all or nothing, after its new_xorbs (as add_xorb records them). False
         (and nothing new for the repo) when the repo has registered this shard before. Conflict
         if a xorb its files use is no longer indexed (collected by gc since CasStore checked it).
         QuotaExceeded (and nothing recorded) if the files new to the repo would
-        take its logical bytes past its quota; checked atomically with other registrations."""
+        take its logical bytes past its quota; checked atomically with other registrations.
+        `alongside(connection)`, when the shard is new for the repo: more rows of this database
+        written in the same transaction (the history's push row: one commit, not two)."""
 
     def unreferenced_xorbs(self) -> Iterator[str]:
         """Indexed xorbs no registered file uses (uploads whose shard never came), for gc."""

@@ -338,7 +338,7 @@ class PostgresIndex:
         size, sha256, blob = row
         return StoredFile(file_hex, size, sha256, unpack_terms(blob))
 
-    def register_shard(self, shard: ShardRegistration) -> bool:
+    def register_shard(self, shard: ShardRegistration, alongside: Callable[[Any], None] | None = None) -> bool:
         # Files in shard order (within a shard the first file wins an oid, as with SQLite); a
         # deadlock between registrations locking rows in other orders is retried by _run.
         file_rows = [(f.file_hex, f.size, f.computed_sha256_hex, pack_terms(f.terms)) for f in shard.files]
@@ -371,6 +371,8 @@ class PostgresIndex:
                     cur.executemany("INSERT INTO repo_files VALUES (%s, %s) ON CONFLICT DO NOTHING", repo_file_rows)
                     cur.executemany("INSERT INTO repo_oids VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", oid_rows)
                     cur.executemany("INSERT INTO dedup VALUES (%s, %s) ON CONFLICT DO NOTHING", sorted(shard.dedup))
+                if alongside is not None:
+                    alongside(conn)
                 return True
 
         return self._run(work)

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..core.xorb import XorbLayout
 from ..platform.locks import lock_range, opening_lock, unlock_range
@@ -304,7 +305,7 @@ class SqliteIndex:
         size, sha256, blob = row
         return StoredFile(file_hex, size, sha256, unpack_terms(blob))
 
-    def register_shard(self, shard: ShardRegistration) -> bool:
+    def register_shard(self, shard: ShardRegistration, alongside: Callable[[Any], None] | None = None) -> bool:
         with self._db() as db:
             for xorb in shard.new_xorbs:
                 _insert_xorb(db, xorb)
@@ -326,6 +327,8 @@ class SqliteIndex:
                 if f.oid is not None:
                     db.execute("INSERT OR IGNORE INTO repo_oids VALUES (?, ?, ?)", (shard.repo, f.oid, f.file_hex))
             db.executemany("INSERT OR IGNORE INTO dedup VALUES (?, ?)", shard.dedup)
+            if alongside is not None:
+                alongside(db)
         return True
 
     def file_for_oid(self, repo: str, oid: str) -> str | None:

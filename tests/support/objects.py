@@ -55,3 +55,33 @@ def whole_xorb_file_shard(digest: FileDigest, xorb_hash: bytes) -> bytes:
     term = FileTerm(xorb_hash, digest.size, 0, n)
     info = FileInfo(digest.file_hash, (term,), (hashes.verification_hash(digest.chunk_hashes),), digest.sha256)
     return serialize_shard(Shard((info,), (CasInfo.from_chunks(xorb_hash, digest.chunk_hashes, digest.chunk_sizes),)), with_footer=False)
+
+
+def bundle_parts(files: list[bytes], one_xorb: bool, claims: list[bytes | None]) -> tuple[list[tuple[str, bytes]], bytes]:
+    """The xorbs (hex hash, body) and the upload-form shard of `files`, as an upload bundle
+    carries them: all their chunks in one xorb, or each file's in its own; file i claims
+    sha256 `claims[i]`."""
+    groups = [files] if one_xorb else [[f] for f in files]
+    xorbs: list[tuple[str, bytes]] = []
+    cas: list[CasInfo] = []
+    infos: list[FileInfo] = []
+    claim_of = iter(claims)
+    for group in groups:
+        builder = xorb.XorbBuilder()
+        placed: list[tuple[FileDigest, int]] = []  # each file's digest and first chunk in the xorb
+        first = 0
+        for data in group:
+            digest = hash_bytes(data)
+            pos = 0
+            for size, chunk_hash in zip(digest.chunk_sizes, digest.chunk_hashes):
+                builder.add(data[pos : pos + size], chunk_hash)
+                pos += size
+            placed.append((digest, first))
+            first += len(digest.chunk_hashes)
+        built = builder.build()
+        xorbs.append((hashes.hash_to_hex(built.xorb_hash), bytes(built.body)))
+        cas.append(CasInfo.from_chunks(built.xorb_hash, built.chunk_hashes, built.chunk_sizes))
+        for digest, start in placed:
+            term = FileTerm(built.xorb_hash, digest.size, start, start + len(digest.chunk_hashes))
+            infos.append(FileInfo(digest.file_hash, (term,), (hashes.verification_hash(digest.chunk_hashes),), next(claim_of)))
+    return xorbs, serialize_shard(Shard(tuple(infos), tuple(cas)), with_footer=False)

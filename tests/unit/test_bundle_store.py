@@ -7,6 +7,7 @@ that gc took meanwhile stored again before it is indexed."""
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,42 +18,15 @@ from hypothesis import strategies as st
 from git_xet.core import hashes
 from git_xet.core.shard import CasInfo, FileInfo, FileTerm, Shard, serialize_shard
 from git_xet.core.xorb import XorbBuilder
-from git_xet.pipelines.file_hashing import FileDigest, hash_bytes
+from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.storage.cas_store import BUNDLE_CHUNKS, CasStore
 from git_xet.storage.errors import Rejected, StorageError
+from git_xet.storage.history import open_history
 from git_xet.storage.index_base import COLUMNS, ShardRegistration
 from tests.support.datagen import random_bytes
+from tests.support.objects import bundle_parts
 
 Bundle = tuple[list[tuple[str, bytes]], bytes]
-
-
-def _bundle(files: list[bytes], one_xorb: bool, claims: list[bytes | None]) -> Bundle:
-    """The xorbs and the upload-form shard of `files`: all their chunks in one xorb, or each
-    file's in its own; file i claims sha256 `claims[i]`."""
-    groups = [files] if one_xorb else [[f] for f in files]
-    xorbs: list[tuple[str, bytes]] = []
-    cas: list[CasInfo] = []
-    infos: list[FileInfo] = []
-    claim_of = iter(claims)
-    for group in groups:
-        builder = XorbBuilder()
-        placed: list[tuple[FileDigest, int]] = []  # each file's digest and first chunk in the xorb
-        first = 0
-        for data in group:
-            digest = hash_bytes(data)
-            pos = 0
-            for size, chunk_hash in zip(digest.chunk_sizes, digest.chunk_hashes):
-                builder.add(data[pos : pos + size], chunk_hash)
-                pos += size
-            placed.append((digest, first))
-            first += len(digest.chunk_hashes)
-        built = builder.build()
-        xorbs.append((hashes.hash_to_hex(built.xorb_hash), bytes(built.body)))
-        cas.append(CasInfo.from_chunks(built.xorb_hash, built.chunk_hashes, built.chunk_sizes))
-        for digest, start in placed:
-            term = FileTerm(built.xorb_hash, digest.size, start, start + len(digest.chunk_hashes))
-            infos.append(FileInfo(digest.file_hash, (term,), (hashes.verification_hash(digest.chunk_hashes),), next(claim_of)))
-    return xorbs, serialize_shard(Shard(tuple(infos), tuple(cas)), with_footer=False)
 
 
 def _outcome(action: Callable[[], bool]) -> bool | type[StorageError]:
@@ -95,7 +69,7 @@ def test_a_bundle_is_stored_as_its_parts_sent_separately(
         claims[0] = hashlib.sha256(files[0] + b"!").digest()
     elif claim == "none":
         claims[0] = None
-    bundle = _bundle(files, one_xorb, claims)
+    bundle = bundle_parts(files, one_xorb, claims)
     twins = [CasStore(tmp_path_factory.mktemp("separate")), CasStore(tmp_path_factory.mktemp("bundled"))]
     try:
         for store in twins:
@@ -129,11 +103,11 @@ class _CountedIndexWrites:
             self.calls.append("add_xorb")
             return add_xorb(*args, **kwargs)
 
-        def counted_register_shard(registration: ShardRegistration) -> bool:
+        def counted_register_shard(registration: ShardRegistration, alongside=None) -> bool:
             self.calls.append("register_shard")
             if before_registering is not None:
                 before_registering()
-            return register_shard(registration)
+            return register_shard(registration, alongside)
 
         index.add_xorb = counted_add_xorb  # type: ignore[method-assign]
         index.register_shard = counted_register_shard  # type: ignore[method-assign]
@@ -141,7 +115,7 @@ class _CountedIndexWrites:
 
 def test_a_small_files_bundle_is_one_index_write(tmp_path: Path) -> None:
     data = random_bytes(40_000, 1)
-    bundle = _bundle([data], True, [hashlib.sha256(data).digest()])
+    bundle = bundle_parts([data], True, [hashlib.sha256(data).digest()])
     store = CasStore(tmp_path / "store")
     try:
         writes = _CountedIndexWrites(store)
@@ -151,8 +125,33 @@ def test_a_small_files_bundle_is_one_index_write(tmp_path: Path) -> None:
         # Two new xorbs: each indexed on its own (one writer lock at a time), then the shard.
         files = [random_bytes(30_000, 2), random_bytes(30_000, 3)]
         writes.calls.clear()
-        assert store.put_xorbs_with_shard(*_bundle(files, False, [hashlib.sha256(f).digest() for f in files]), verify_sha256=True)
+        assert store.put_xorbs_with_shard(*bundle_parts(files, False, [hashlib.sha256(f).digest() for f in files]), verify_sha256=True)
         assert writes.calls == ["add_xorb", "add_xorb", "register_shard"]
+    finally:
+        store.close()
+
+
+def test_a_small_files_push_row_is_written_in_its_registrations_commit(tmp_path: Path) -> None:
+    """The history's row of a push (History.push_alongside) costs the index no commit of its
+    own, is written only when the shard is new for the repo, and is best effort: with its
+    table gone the registration still stands."""
+    data = random_bytes(40_000, 7)
+    bundle = bundle_parts([data], True, [hashlib.sha256(data).digest()])
+    store = CasStore(tmp_path / "store")
+    history = open_history(None, tmp_path / "store", index=store.index)
+    try:
+        commits = store.index._file._commits  # type: ignore[attr-defined]
+        assert store.put_xorbs_with_shard(*bundle, verify_sha256=True, alongside=history.push_alongside("team/a", 1, len(data)))
+        assert store.index._file._commits == commits + 1  # type: ignore[attr-defined]
+        assert [(p.repo, p.files, p.bytes) for p in history.recent_pushes()] == [("team/a", 1, len(data))]
+        assert not store.put_xorbs_with_shard(*bundle, verify_sha256=True, alongside=history.push_alongside("team/a", 1, len(data)))
+        assert len(history.recent_pushes()) == 1
+        other = random_bytes(30_000, 8)
+        alongside = history.push_alongside("team/a", 1, len(other))
+        with sqlite3.connect(tmp_path / "store" / "index.sqlite") as db:
+            db.execute("DROP TABLE history_pushes")
+        assert store.put_xorbs_with_shard(*bundle_parts([other], True, [hashlib.sha256(other).digest()]), verify_sha256=True, alongside=alongside)
+        assert store.stats()["files"] == 2
     finally:
         store.close()
 
@@ -160,7 +159,7 @@ def test_a_small_files_bundle_is_one_index_write(tmp_path: Path) -> None:
 def test_a_refused_shard_leaves_its_xorb_stored_and_indexed(tmp_path: Path) -> None:
     """As after two requests: the xorb was good, only the shard's claim was wrong."""
     data = random_bytes(20_000, 6)
-    bundle = _bundle([data], True, [hashlib.sha256(data + b"!").digest()])
+    bundle = bundle_parts([data], True, [hashlib.sha256(data + b"!").digest()])
     store = CasStore(tmp_path / "store")
     try:
         with pytest.raises(Rejected, match="does not match its content"):
@@ -203,7 +202,7 @@ def test_a_xorb_collected_before_its_shard_commits_is_stored_again(tmp_path: Pat
     """gc removes an unindexed object after its grace period (with a short one, at any time):
     the bundle's xorb, stored but not indexed until the shard's commit, is written back then."""
     data = random_bytes(50_000, 5)
-    bundle = _bundle([data], True, [hashlib.sha256(data).digest()])
+    bundle = bundle_parts([data], True, [hashlib.sha256(data).digest()])
     key = CasStore.xorb_key(bundle[0][0][0])
     store = CasStore(tmp_path / "store")
     try:
