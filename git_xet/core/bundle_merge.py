@@ -26,18 +26,29 @@ MAX_GROUP_FILES = 8
 # Bytes of xorbs and shards per merged bundle: well under the server's MAX_BUNDLE_BODY (32 MiB,
 # server/extension.py), which a client must not need to know exactly.
 MAX_GROUP_BYTES = 16 * 1024 * 1024
+# The merged shard stays one the server validates at once (server/shard_intake.py SMALL_SHARD_BYTES,
+# SMALL_SHARD_CHUNKS): a bigger one waits for one of its two validation turns, and the group would
+# then cost its files more than their own small bundles.
+MAX_GROUP_SHARD_BYTES = 64 * 1024
+MAX_GROUP_CHUNKS = 64
 
 
 class BundleParts(NamedTuple):
-    """One upload bundle before packing: its xorbs ((hex hash, footerless body) pairs) and its
-    shard in upload form."""
+    """One upload bundle before packing: its xorbs ((hex hash, footerless body) pairs), its
+    shard in upload form, and how many chunks the shard's files name (referenced_chunks)."""
 
     xorbs: tuple[tuple[str, bytes], ...]
     shard: bytes
+    chunks: int
 
     @property
     def size(self) -> int:
         return len(self.shard) + sum(len(body) for _, body in self.xorbs)
+
+
+def referenced_chunks(shard: Shard) -> int:
+    """How many chunks `shard`'s files name in all, as the server counts them for its bound."""
+    return sum(max(t.chunk_end - t.chunk_start, 0) for info in shard.files for t in info.terms)
 
 
 def fits_with(group: Sequence[BundleParts], more: BundleParts) -> bool:
@@ -50,6 +61,9 @@ def fits_with(group: Sequence[BundleParts], more: BundleParts) -> bool:
         len(group) < MAX_GROUP_FILES
         and len(xorbs) <= MAX_BUNDLE_XORBS
         and sum(parts.size for parts in group) + more.size <= MAX_GROUP_BYTES
+        # sums of the parts: bounds of the merged shard (its header and bookends are written once)
+        and sum(len(parts.shard) for parts in group) + len(more.shard) <= MAX_GROUP_SHARD_BYTES
+        and sum(parts.chunks for parts in group) + more.chunks <= MAX_GROUP_CHUNKS
     )
 
 
@@ -70,4 +84,4 @@ def merge_bundles(group: Sequence[BundleParts]) -> BundleParts:
     for parts in group:
         for xorb_hex, body in parts.xorbs:
             xorbs.setdefault(xorb_hex, body)
-    return BundleParts(tuple(xorbs.items()), serialize_shard(merged, with_footer=False))
+    return BundleParts(tuple(xorbs.items()), serialize_shard(merged, with_footer=False), referenced_chunks(merged))

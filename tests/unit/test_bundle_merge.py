@@ -9,7 +9,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from git_xet.core.bundle_merge import MAX_GROUP_BYTES, MAX_GROUP_FILES, BundleParts, fits_with, merge_bundles
+from git_xet.core.bundle_merge import (
+    MAX_GROUP_BYTES,
+    MAX_GROUP_CHUNKS,
+    MAX_GROUP_FILES,
+    MAX_GROUP_SHARD_BYTES,
+    BundleParts,
+    fits_with,
+    merge_bundles,
+    referenced_chunks,
+)
+from git_xet.server.shard_intake import SMALL_SHARD_BYTES, SMALL_SHARD_CHUNKS
+from git_xet.storage.cas_store import chunks_referenced
 from git_xet.core.shard import parse_shard
 from git_xet.core.upload_bundle import MAX_BUNDLE_XORBS
 from tests.support.objects import bundle_parts
@@ -19,7 +30,7 @@ small_files = st.lists(st.binary(min_size=1, max_size=3000), min_size=1, max_siz
 
 def _parts(data: bytes, claim: bytes | None) -> BundleParts:
     xorbs, shard = bundle_parts([data], True, [claim])
-    return BundleParts(tuple(xorbs), shard)
+    return BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
 
 
 @given(small_files, st.data())
@@ -31,6 +42,7 @@ def test_merged_bundle_is_the_one_built_from_all_files(files: list[bytes], data:
     merged = merge_bundles([_parts(f, c) for f, c in zip(files, claims)])
     all_xorbs, all_shard = bundle_parts(files, False, claims)
     assert merged.shard == all_shard
+    assert merged.chunks == chunks_referenced(parse_shard(all_shard))
     assert sorted(merged.xorbs) == sorted(all_xorbs)
     by_hash = {info.file_hash: info for info in parse_shard(merged.shard).files}
     for f, claim in zip(files, claims):
@@ -51,14 +63,24 @@ def test_an_empty_group_is_refused() -> None:
         merge_bundles([])
 
 
-@given(st.lists(st.tuples(st.integers(1, MAX_BUNDLE_XORBS), st.integers(1, 6 * 1024 * 1024)), min_size=1, max_size=20))
-def test_a_group_built_with_fits_with_stays_within_every_bound(bundles: list[tuple[int, int]]) -> None:
+def test_a_merged_shard_stays_one_the_server_validates_at_once() -> None:
+    assert (MAX_GROUP_SHARD_BYTES, MAX_GROUP_CHUNKS) == (SMALL_SHARD_BYTES, SMALL_SHARD_CHUNKS)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, MAX_BUNDLE_XORBS), st.integers(1, 6 * 1024 * 1024), st.integers(1, 40 * 1024), st.integers(1, 40)),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_a_group_built_with_fits_with_stays_within_every_bound(bundles: list[tuple[int, int, int, int]]) -> None:
     group: list[BundleParts] = []
     made = 0
-    for count, size in bundles:
-        xorbs = tuple((f"{made + i:064x}", b"") for i in range(count))
+    for count, size, shard_size, chunks in bundles:
+        xorbs = tuple((f"{made + i:064x}", bytes(size // count)) for i in range(count))
         made += count
-        more = BundleParts(xorbs, bytes(size))
+        more = BundleParts(xorbs, bytes(shard_size), chunks)
         if fits_with(group, more):
             group.append(more)
     assert group  # the first always fits
@@ -66,3 +88,5 @@ def test_a_group_built_with_fits_with_stays_within_every_bound(bundles: list[tup
         assert len(group) <= MAX_GROUP_FILES
         assert sum(len(p.xorbs) for p in group) <= MAX_BUNDLE_XORBS
         assert sum(p.size for p in group) <= MAX_GROUP_BYTES
+        assert sum(len(p.shard) for p in group) <= MAX_GROUP_SHARD_BYTES
+        assert sum(p.chunks for p in group) <= MAX_GROUP_CHUNKS
