@@ -1,0 +1,90 @@
+"""GroupSender (client/group_send.py) against a real `git xet serve`: eight senders' small files
+go in fewer upload bundles than files, every file is stored under its own oid, and a file
+claiming a wrong sha256 fails only its own sender (issue 44 §2). Threads stand in for a
+command's agents: the transport between agents is not part of this."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from git_xet.client.errors import TransferError
+from git_xet.client.group_send import SEND_ALONE, SENT, GroupSender
+from git_xet.core.bundle_merge import BundleParts, referenced_chunks
+from git_xet.core.extension import UPLOAD_BUNDLES
+from git_xet.core.hashes import hash_to_hex, hex_to_hash
+from git_xet.core.http_headers import bearer
+from git_xet.core.shard import parse_shard
+from git_xet.core.upload_bundle import pack_bundle
+from git_xet.storage.cas_store import CasStore
+from tests.support.datagen import random_bytes
+from tests.support.objects import bundle_parts
+from tests.support.server_process import RunningServer, running_server
+
+SENDERS = 8
+FILES_EACH = 15
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with running_server(tmp_path_factory.mktemp("groupsend") / "data") as srv:
+        yield srv
+
+
+def test_senders_share_bundles_and_keep_their_own_answers(server: RunningServer) -> None:
+    repo = f"acme/groupsend-{uuid.uuid4().hex[:8]}"
+    headers = bearer(server.token("write", repo=repo))
+    datas = [random_bytes(1 + (i * 37) % 3000, 7000 + i) for i in range(SENDERS * FILES_EACH)]
+    wrong = {i for i in range(len(datas)) if i % 17 == 5}  # each claims another content's sha256
+    claims = [hashlib.sha256(d + b"!" if i in wrong else d).digest() for i, d in enumerate(datas)]
+    before = len(server.requests())
+
+    with httpx.Client(timeout=60) as client:
+
+        def post(parts: BundleParts) -> object:
+            body = pack_bundle([(hex_to_hash(h), b) for h, b in parts.xorbs], parts.shard)
+            resp = client.post(f"{server.url}{UPLOAD_BUNDLES}", content=body, headers=headers)
+            if resp.status_code != 200:
+                raise TransferError(resp.text, status=resp.status_code)
+            return resp.json()
+
+        sender = GroupSender(post)
+        answers: dict[int, object] = {}
+
+        def agent(first: int) -> None:
+            for i in range(first, len(datas), SENDERS):
+                xorbs, shard = bundle_parts([datas[i]], True, [claims[i]])
+                parts = BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
+                try:
+                    answers[i] = sender.send(parts)
+                except TransferError:
+                    answers[i] = "refused"
+
+        agents = [threading.Thread(target=agent, args=(n,)) for n in range(SENDERS)]
+        for t in agents:
+            t.start()
+        for t in agents:
+            t.join(timeout=120)
+
+    assert {i for i, a in answers.items() if a == "refused"} == wrong
+    assert all(answers[i] == SENT for i in range(len(datas)) if i not in wrong)
+    assert SEND_ALONE not in answers.values()
+    bundles = [r for r in server.requests()[before:] if r["path"] == UPLOAD_BUNDLES]
+    assert len(bundles) < len(datas)
+    print(f"{len(datas)} files in {len(bundles)} upload bundles")
+    store = CasStore(server.data_dir)
+    try:
+        for i, data in enumerate(datas):
+            # Every file registered under the sha256 the server computed, a wrong claim's too
+            # (test_shard_claims.py), and never under a wrong claim.
+            found = store.file_by_sha256(hashlib.sha256(data).hexdigest(), repo)
+            assert found is not None and found.file_hex == hash_to_hex(parse_shard(bundle_parts([data], True, [None])[1]).files[0].file_hash)
+            if i in wrong:
+                assert store.file_by_sha256(claims[i].hex(), repo) is None
+    finally:
+        store.close()
