@@ -6,9 +6,10 @@ command's agents: the transport between agents is not part of this."""
 from __future__ import annotations
 
 import hashlib
+import secrets
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -28,12 +29,90 @@ from tests.support.server_process import RunningServer, running_server
 
 SENDERS = 8
 FILES_EACH = 15
+ADMIN = secrets.token_hex(16)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    with running_server(tmp_path_factory.mktemp("groupsend") / "data") as srv:
+    with running_server(tmp_path_factory.mktemp("groupsend") / "data", env={"GIT_XET_ADMIN_TOKEN": ADMIN}) as srv:
         yield srv
+
+
+def _parts(data: bytes) -> BundleParts:
+    xorbs, shard = bundle_parts([data], True, [hashlib.sha256(data).digest()])
+    return BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
+
+
+def _poster(server: RunningServer, client: httpx.Client, headers: dict[str, str]) -> Callable[[BundleParts], object]:
+    """What ServeExtension posts for a bundle (one POST, the server's JSON answer)."""
+
+    def post(parts: BundleParts) -> object:
+        body = pack_bundle([(hex_to_hash(h), b) for h, b in parts.xorbs], parts.shard)
+        resp = client.post(f"{server.url}{UPLOAD_BUNDLES}", content=body, headers=headers)
+        if resp.status_code != 200:
+            raise TransferError(resp.text, status=resp.status_code)
+        return resp.json()
+
+    return post
+
+
+def test_a_group_over_quota_sends_each_file_back_for_its_own_answer(server: RunningServer) -> None:
+    """Quota 1500 bytes, files of 600: the first alone is stored; the three queued behind it
+    (1800 bytes together) are refused as one bundle, so each is sent alone, and the first of
+    them still fits: 2 files stored, as without grouping (the group's refusal would leave 1)."""
+    repo = f"acme/groupquota-{uuid.uuid4().hex[:8]}"
+    resp = httpx.post(f"{server.url}/admin/api/repos/quota", json={"repo": repo, "max_bytes": 1500}, headers=bearer(ADMIN), timeout=60)
+    assert resp.status_code == 200, resp.text
+    datas = [random_bytes(600, 9100 + i) for i in range(4)]
+    in_flight, release = threading.Event(), threading.Event()
+    with httpx.Client(timeout=60) as client:
+        direct = _poster(server, client, bearer(server.token("write", repo=repo)))
+        sizes: list[int] = []
+
+        def post(parts: BundleParts) -> object:
+            sizes.append(len(parse_shard(parts.shard).files))
+            if len(sizes) == 1:  # hold the first send until the others queue behind it
+                in_flight.set()
+                assert release.wait(timeout=30)
+            return direct(parts)
+
+        sender = GroupSender(post)
+        answers: dict[int, str] = {}
+        alone = threading.Lock()  # the fallbacks one at a time: which of them fits is then certain
+
+        def agent(i: int) -> None:
+            answer = sender.send(_parts(datas[i]))
+            if answer == SEND_ALONE:
+                with alone:
+                    try:
+                        direct(_parts(datas[i]))
+                        answer = "alone: stored"
+                    except TransferError:
+                        answer = "alone: refused"
+            answers[i] = answer
+
+        first = threading.Thread(target=agent, args=(0,))
+        first.start()
+        assert in_flight.wait(timeout=30)
+        rest = [threading.Thread(target=agent, args=(i,)) for i in (1, 2, 3)]
+        for t in rest:
+            t.start()
+        for _ in range(3000):  # until the three are queued (bounded: 30 s)
+            if len(sender._queue) == 3:
+                break
+            threading.Event().wait(0.01)
+        release.set()
+        for t in [first, *rest]:
+            t.join(timeout=60)
+    assert sizes == [1, 3]
+    assert answers[0] == SENT
+    assert sorted(answers[i] for i in (1, 2, 3)) == ["alone: refused", "alone: refused", "alone: stored"]
+    store = CasStore(server.data_dir)
+    try:
+        stored = [store.file_by_sha256(hashlib.sha256(d).hexdigest(), repo) is not None for d in datas]
+    finally:
+        store.close()
+    assert sum(stored) == 2 and stored[0]
 
 
 def test_senders_share_bundles_and_keep_their_own_answers(server: RunningServer) -> None:
@@ -45,15 +124,7 @@ def test_senders_share_bundles_and_keep_their_own_answers(server: RunningServer)
     before = len(server.requests())
 
     with httpx.Client(timeout=60) as client:
-
-        def post(parts: BundleParts) -> object:
-            body = pack_bundle([(hex_to_hash(h), b) for h, b in parts.xorbs], parts.shard)
-            resp = client.post(f"{server.url}{UPLOAD_BUNDLES}", content=body, headers=headers)
-            if resp.status_code != 200:
-                raise TransferError(resp.text, status=resp.status_code)
-            return resp.json()
-
-        sender = GroupSender(post)
+        sender = GroupSender(_poster(server, client, headers))
         answers: dict[int, object] = {}
 
         def agent(first: int) -> None:
