@@ -9,7 +9,7 @@ falls back to the XET API's requests (or, for a whole object, to None).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..core.extension import LFS_OBJECTS, UPLOAD_BUNDLES, UPLOAD_STREAM, Capabilities
 from ..core.hashes import hex_to_hash
@@ -19,16 +19,34 @@ from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from .backend import UploadStream
 from .errors import TransferError
 from .http_errors import unless_refused
+from .http_types import HttpClient, Response
 from .lfs_batch import batch_one
+from .retry import Outage, RetryPolicy
 
-if TYPE_CHECKING:
-    from .http_backend import HttpCasBackend
+
+class ServedStore(Protocol):
+    """What the extension uses of the XET backend it extends (an HttpCasBackend): its requests,
+    signed and retried as the backend's own, so our routes share its token, session and budget.
+    A protocol rather than the class, so the backend (which builds its extension) is the only
+    one of the two that names the other."""
+
+    endpoint: str
+    http: HttpClient
+    policy: RetryPolicy
+    outage: Outage
+
+    def token(self) -> str | None: ...
+    def request(self, what: str, method: str, path: str, *, ok: tuple[int, ...] = ..., body: OutgoingBytes | None = ..., json: Any = ..., headers: dict[str, str] | None = ..., answer_limit: int = ...) -> Response: ...
+    def posts_directly(self, size: int) -> bool: ...
+    def upload_xorb(self, xorb_hex: str, body: OutgoingBytes) -> bool: ...
+    def send_xorb(self, xorb_hex: str, body: OutgoingBytes, named: dict[str, str] | None) -> bool: ...
+    def send_shard(self, body: bytes, named: dict[str, str] | None) -> bool: ...
 
 
 class ServeExtension:
     """GitXetExtension of a `git xet serve`, as its capabilities answer (`offered`) lists it."""
 
-    def __init__(self, backend: HttpCasBackend, offered: Capabilities) -> None:
+    def __init__(self, backend: ServedStore, offered: Capabilities) -> None:
         self.backend = backend
         self.offered = offered
 

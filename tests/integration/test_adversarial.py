@@ -226,13 +226,13 @@ def test_a_repo_reads_only_its_own_files_and_dedup_reveals_none(server: RunningS
         assert client.get(f"{server.url}/v1/reconstructions/{file_hex}", headers=bearer(a_token)).status_code == 200
         # The whole-object route answers by oid within the token's repo only, at its path and
         # at the previous release's (server/deprecated.py).
-        for route in ("/git-xet/v1/lfs-objects", "/v1/lfs-objects"):
+        for route, names_file in (("/git-xet/v1/lfs-objects", "X-Git-Xet-Hash"), ("/v1/lfs-objects", "X-Xet-Hash")):
             for token in (b_token, b_cas_token):
                 assert client.get(f"{server.url}{route}/{oid}", headers=bearer(token)).status_code == 404
             assert client.get(f"{server.url}{route}/{oid}").status_code == 401
             assert client.get(f"{server.url}{route}/{oid[:-1]}x", headers=bearer(a_token)).status_code == 400
             mine = client.get(f"{server.url}{route}/{oid}", headers=bearer(a_token))
-            assert mine.status_code == 200 and mine.content == data and mine.headers["X-Xet-Hash"] == file_hex
+            assert mine.status_code == 200 and mine.content == data and mine.headers[names_file] == file_hex
         assert _batch(server, owner, "download", [{"oid": oid, "size": len(data)}], b_token).status_code == 403
         (entry,) = _batch(server, intruder, "download", [{"oid": oid, "size": len(data)}], b_token).json()["objects"]
         assert entry["error"]["code"] == 404

@@ -20,6 +20,7 @@ from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
 from git_xet.client.http_client import Client
+from git_xet.core.extension import CAPABILITIES, Capabilities
 from git_xet.core.reconstruction import FetchRange
 from git_xet.platform.memory import xorb_range_windows
 from git_xet.pipelines.upload import Uploader
@@ -80,11 +81,20 @@ def test_a_proxy_in_the_environment_is_never_bypassed(tmp_path: Path, monkeypatc
 
 
 class _RangeRecorder(BaseHTTPRequestHandler):
-    """Answers any range GET with zeros and notes how it was asked."""
+    """Answers any range GET with zeros and notes how it was asked; lists our extension when
+    asked, as a `git xet serve` does (the router asks before a standalone download)."""
 
     encodings: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
+        if self.path == CAPABILITIES:
+            body = json.dumps(Capabilities(lfs_objects=True).to_json()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         _RangeRecorder.encodings.append(self.headers.get("Accept-Encoding", ""))
         first, last = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
         self.send_response(206)

@@ -9,7 +9,6 @@ Run as a script, it prints such a scrape (the lines that moved), for an operator
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import sys
@@ -34,10 +33,6 @@ def scrape(server: RunningServer) -> dict[str, float]:
 
 def _labels(sample: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', sample))
-
-
-def _access_log(server: RunningServer) -> list[dict]:
-    return [json.loads(line.split(" ", 3)[-1]) for line in server.log().splitlines() if '"path": ' in line]
 
 
 def _matches(template: str, path: str) -> bool:
@@ -69,9 +64,9 @@ def test_a_git_push_moves_the_counters_by_what_it_did(tmp_path: Path, index_args
     with running_server(data, *index_args, env={"GIT_XET_ADMIN_TOKEN": ADMIN}) as server:
         objects_before = stored_objects(data)
         before = scrape(server)
-        logged_before = len(_access_log(server))
+        logged_before = len(server.requests())
         git_push(tmp_path / "user", server, files)
-        requests = _access_log(server)[logged_before - 1 :]  # from the first scrape on (counted after its answer)
+        requests = server.requests()[logged_before - 1 :]  # from the first scrape on (counted after its answer)
         after = scrape(server)
         objects_after = stored_objects(data)
     delta = moved(before, after)

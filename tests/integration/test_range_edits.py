@@ -28,7 +28,7 @@ from tests.support import hfjs_peer
 from tests.support.datagen import random_bytes
 from tests.support.server_process import RunningServer, running_server
 
-from .test_hfjs_peer import REPO, _access_log, _endpoint, _read_back, _write, _xet_hashes
+from .test_hfjs_peer import REPO, _endpoint, _read_back, _write, _xet_hashes
 
 def _js_subtrees(cases: list[dict]) -> list[dict]:
     """huggingface.js's MerkleHashSubtree.fromChunks(...).toJSON() for each case."""
@@ -122,10 +122,10 @@ def _edit(server: RunningServer, tmp_path: Path, name: str, base_hex: str, base:
     new = bytearray(base)
     for at, data in sorted(splices, reverse=True):
         new[at:at] = data
-    logged_before = len(_access_log(server))
+    logged_before = len(server.requests())
     edit = hfjs_peer.run({"edit": [{"name": name, "hash": base_hex, "size": len(base), "splices": jobs}]}, _endpoint(server))
     assert edit.commit["lfs_files"] == [{"path": name, "algo": "sha256", "size": len(new), "oid": hashlib.sha256(bytes(new)).hexdigest()}]
-    during = _access_log(server)[logged_before:]
+    during = server.requests()[logged_before:]
     seen = {
         "asked": [r for r in edit.requests if r.startswith("GET /v2/file-chunk-hashes/")],
         "sent": sum(int(line["bytes_in"]) for line in during if line["path"].startswith("/v1/xorbs/")),

@@ -27,6 +27,10 @@ class CountingHandler(BaseHTTPRequestHandler):
 
 class CountingServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: a test that opens 16 connections at once
+    # (test_threads_sharing_a_client_each_get_their_own_answers) could overflow it and see a
+    # reset that says nothing about the client under test.
+    request_queue_size = 64
 
     def __init__(self, handler: type[CountingHandler]) -> None:
         super().__init__(("127.0.0.1", 0), handler)
