@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from .hashes import hash_to_hex
 from .shard import Shard, parse_shard, serialize_shard
 from .upload_bundle import MAX_BUNDLE_XORBS
 
@@ -85,3 +86,18 @@ def merge_bundles(group: Sequence[BundleParts]) -> BundleParts:
         for xorb_hex, body in parts.xorbs:
             xorbs.setdefault(xorb_hex, body)
     return BundleParts(tuple(xorbs.items()), serialize_shard(merged, with_footer=False), referenced_chunks(merged))
+
+
+def groupable(xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> BundleParts | None:
+    """`xorbs` and `shard` as BundleParts when they may go with other files: every xorb the
+    shard's CAS infos name is in the bundle (none went earlier in an upload stream, whose
+    header a merged bundle cannot carry), and the bundle alone is within a group's bounds.
+    None: it goes alone, as before grouping."""
+    if len(shard) > MAX_GROUP_SHARD_BYTES or not 0 < len(xorbs) <= MAX_BUNDLE_XORBS:
+        return None
+    parsed = parse_shard(shard)
+    held = {xorb_hex for xorb_hex, _ in xorbs}
+    if any(hash_to_hex(info.xorb_hash) not in held for info in parsed.cas):
+        return None
+    parts = BundleParts(tuple((xorb_hex, bytes(body)) for xorb_hex, body in xorbs), shard, referenced_chunks(parsed))
+    return parts if parts.size <= MAX_GROUP_BYTES and parts.chunks <= MAX_GROUP_CHUNKS else None

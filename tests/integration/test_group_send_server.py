@@ -15,13 +15,15 @@ import httpx
 import pytest
 
 from git_xet.client.errors import TransferError
+from git_xet.client.http_backend import HttpCasBackend
+from git_xet.client.retry import RetryPolicy
+from git_xet.client.tokens import StaticToken
 from git_xet.client.group_send import SEND_ALONE, SENT, GroupSender
 from git_xet.core.bundle_merge import BundleParts, referenced_chunks
 from git_xet.core.extension import UPLOAD_BUNDLES
-from git_xet.core.hashes import hash_to_hex, hex_to_hash
+from git_xet.core.hashes import hash_to_hex
 from git_xet.core.http_headers import bearer
 from git_xet.core.shard import parse_shard
-from git_xet.core.upload_bundle import pack_bundle
 from git_xet.storage.cas_store import CasStore
 from tests.support.datagen import random_bytes
 from tests.support.objects import bundle_parts
@@ -43,15 +45,14 @@ def _parts(data: bytes) -> BundleParts:
     return BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
 
 
-def _poster(server: RunningServer, client: httpx.Client, headers: dict[str, str]) -> Callable[[BundleParts], object]:
-    """What ServeExtension posts for a bundle (one POST, the server's JSON answer)."""
+def _poster(server: RunningServer, token: str) -> Callable[[BundleParts], object]:
+    """ServeExtension.post_bundle of a real HttpCasBackend (what an agent's sender posts with)."""
+    backend = HttpCasBackend(server.url, StaticToken(token), extension=True, policy=RetryPolicy(max_attempts=1))
+    ext = backend.extension
+    assert ext is not None
 
     def post(parts: BundleParts) -> object:
-        body = pack_bundle([(hex_to_hash(h), b) for h, b in parts.xorbs], parts.shard)
-        resp = client.post(f"{server.url}{UPLOAD_BUNDLES}", content=body, headers=headers)
-        if resp.status_code != 200:
-            raise TransferError(resp.text, status=resp.status_code)
-        return resp.json()
+        return ext.post_bundle(parts.xorbs, parts.shard)
 
     return post
 
@@ -65,45 +66,44 @@ def test_a_group_over_quota_sends_each_file_back_for_its_own_answer(server: Runn
     assert resp.status_code == 200, resp.text
     datas = [random_bytes(600, 9100 + i) for i in range(4)]
     in_flight, release = threading.Event(), threading.Event()
-    with httpx.Client(timeout=60) as client:
-        direct = _poster(server, client, bearer(server.token("write", repo=repo)))
-        sizes: list[int] = []
+    direct = _poster(server, server.token("write", repo=repo))
+    sizes: list[int] = []
 
-        def post(parts: BundleParts) -> object:
-            sizes.append(len(parse_shard(parts.shard).files))
-            if len(sizes) == 1:  # hold the first send until the others queue behind it
-                in_flight.set()
-                assert release.wait(timeout=30)
-            return direct(parts)
+    def post(parts: BundleParts) -> object:
+        sizes.append(len(parse_shard(parts.shard).files))
+        if len(sizes) == 1:  # hold the first send until the others queue behind it
+            in_flight.set()
+            assert release.wait(timeout=30)
+        return direct(parts)
 
-        sender = GroupSender(post)
-        answers: dict[int, str] = {}
-        alone = threading.Lock()  # the fallbacks one at a time: which of them fits is then certain
+    sender = GroupSender(post)
+    answers: dict[int, str] = {}
+    alone = threading.Lock()  # the fallbacks one at a time: which of them fits is then certain
 
-        def agent(i: int) -> None:
-            answer = sender.send(_parts(datas[i]))
-            if answer == SEND_ALONE:
-                with alone:
-                    try:
-                        direct(_parts(datas[i]))
-                        answer = "alone: stored"
-                    except TransferError:
-                        answer = "alone: refused"
-            answers[i] = answer
+    def agent(i: int) -> None:
+        answer = sender.send(_parts(datas[i]))
+        if answer == SEND_ALONE:
+            with alone:
+                try:
+                    direct(_parts(datas[i]))
+                    answer = "alone: stored"
+                except TransferError:
+                    answer = "alone: refused"
+        answers[i] = answer
 
-        first = threading.Thread(target=agent, args=(0,))
-        first.start()
-        assert in_flight.wait(timeout=30)
-        rest = [threading.Thread(target=agent, args=(i,)) for i in (1, 2, 3)]
-        for t in rest:
-            t.start()
-        for _ in range(3000):  # until the three are queued (bounded: 30 s)
-            if len(sender._queue) == 3:
-                break
-            threading.Event().wait(0.01)
-        release.set()
-        for t in [first, *rest]:
-            t.join(timeout=60)
+    first = threading.Thread(target=agent, args=(0,))
+    first.start()
+    assert in_flight.wait(timeout=30)
+    rest = [threading.Thread(target=agent, args=(i,)) for i in (1, 2, 3)]
+    for t in rest:
+        t.start()
+    for _ in range(3000):  # until the three are queued (bounded: 30 s)
+        if len(sender._queue) == 3:
+            break
+        threading.Event().wait(0.01)
+    release.set()
+    for t in [first, *rest]:
+        t.join(timeout=60)
     assert sizes == [1, 3]
     assert answers[0] == SENT
     assert sorted(answers[i] for i in (1, 2, 3)) == ["alone: refused", "alone: refused", "alone: stored"]
@@ -117,30 +117,28 @@ def test_a_group_over_quota_sends_each_file_back_for_its_own_answer(server: Runn
 
 def test_senders_share_bundles_and_keep_their_own_answers(server: RunningServer) -> None:
     repo = f"acme/groupsend-{uuid.uuid4().hex[:8]}"
-    headers = bearer(server.token("write", repo=repo))
     datas = [random_bytes(1 + (i * 37) % 3000, 7000 + i) for i in range(SENDERS * FILES_EACH)]
     wrong = {i for i in range(len(datas)) if i % 17 == 5}  # each claims another content's sha256
     claims = [hashlib.sha256(d + b"!" if i in wrong else d).digest() for i, d in enumerate(datas)]
     before = len(server.requests())
 
-    with httpx.Client(timeout=60) as client:
-        sender = GroupSender(_poster(server, client, headers))
-        answers: dict[int, object] = {}
+    sender = GroupSender(_poster(server, server.token("write", repo=repo)))
+    answers: dict[int, object] = {}
 
-        def agent(first: int) -> None:
-            for i in range(first, len(datas), SENDERS):
-                xorbs, shard = bundle_parts([datas[i]], True, [claims[i]])
-                parts = BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
-                try:
-                    answers[i] = sender.send(parts)
-                except TransferError:
-                    answers[i] = "refused"
+    def agent(first: int) -> None:
+        for i in range(first, len(datas), SENDERS):
+            xorbs, shard = bundle_parts([datas[i]], True, [claims[i]])
+            parts = BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
+            try:
+                answers[i] = sender.send(parts)
+            except TransferError:
+                answers[i] = "refused"
 
-        agents = [threading.Thread(target=agent, args=(n,)) for n in range(SENDERS)]
-        for t in agents:
-            t.start()
-        for t in agents:
-            t.join(timeout=120)
+    agents = [threading.Thread(target=agent, args=(n,)) for n in range(SENDERS)]
+    for t in agents:
+        t.start()
+    for t in agents:
+        t.join(timeout=120)
 
     assert {i for i, a in answers.items() if a == "refused"} == wrong
     assert all(answers[i] == SENT for i in range(len(datas)) if i not in wrong)

@@ -16,6 +16,7 @@ from git_xet.core.bundle_merge import (
     MAX_GROUP_SHARD_BYTES,
     BundleParts,
     fits_with,
+    groupable,
     merge_bundles,
     referenced_chunks,
 )
@@ -90,3 +91,14 @@ def test_a_group_built_with_fits_with_stays_within_every_bound(bundles: list[tup
         assert sum(p.size for p in group) <= MAX_GROUP_BYTES
         assert sum(len(p.shard) for p in group) <= MAX_GROUP_SHARD_BYTES
         assert sum(p.chunks for p in group) <= MAX_GROUP_CHUNKS
+
+
+@given(st.lists(st.binary(min_size=1, max_size=3000), min_size=1, max_size=4, unique=True), st.data())
+def test_a_bundle_is_groupable_only_with_every_xorb_its_shard_names(files: list[bytes], data: st.DataObject) -> None:
+    """A bundle whose shard names a xorb sent earlier (in an upload stream) must go alone with
+    its stream header; one holding all its xorbs goes as the same parts it was given."""
+    xorbs, shard = bundle_parts(files, data.draw(st.booleans()), [None] * len(files))
+    parts = groupable(xorbs, shard)
+    assert parts == BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
+    dropped = data.draw(st.integers(0, len(xorbs) - 1))
+    assert groupable(xorbs[:dropped] + xorbs[dropped + 1 :], shard) is None
