@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ..core.errors import XetError
-from ..core.bundle_merge import BundleParts, fits_with, merge_bundles
+from ..core.bundle_merge import MAX_GROUP_FILES, BundleParts, fits_with, merge_bundles
 from ..core.hashes import hash_to_hex
 from ..core.http_headers import REFUSED_SHA256
 from ..core.shard import parse_shard
@@ -43,13 +43,14 @@ class _Waiter:
 class GroupSender:
     """Sends the bundles given to send() from any thread, several per request when they queue."""
 
-    def __init__(self, post: Callable[[BundleParts], object]) -> None:
+    def __init__(self, post: Callable[[BundleParts], object], in_flight: int = 1) -> None:
         """`post` sends one bundle and returns the server's JSON answer; any exception it raises
-        sends the bundle's files back to their senders (SEND_ALONE)."""
+        sends the bundle's files back to their senders (SEND_ALONE). `in_flight`: bundles sent
+        at once (the server's cores: with one, the agents wait on each round trip in turn)."""
         self._post = post
         self._lock = threading.Lock()
         self._queue: list[_Waiter] = []
-        self._sending = False
+        self._free = in_flight  # sends that may start now; a sender that takes one leads a send
 
     def send(self, parts: BundleParts) -> str:
         """SENT once the server accepted the bundle holding `parts`; SEND_ALONE when that bundle
@@ -57,26 +58,39 @@ class GroupSender:
         me = _Waiter(parts)
         with self._lock:
             self._queue.append(me)
-            me.lead = not self._sending
-            self._sending = True
-        while me.answer is None:
-            if me.lead:
-                me.lead = False
+            if self._free > 0:
+                self._free -= 1
+                me.lead = True
+        while True:
+            with self._lock:  # a lead is taken (cleared) under the lock: each is used exactly once
+                lead, me.lead = me.lead, False
+                answer = me.answer
+            if lead:
                 self._send_queued()
-            else:
-                me.woken.wait()
-                me.woken.clear()
-        if isinstance(me.answer, TransferError):
-            raise me.answer
-        return me.answer
+                continue
+            if answer is not None:
+                break
+            me.woken.wait()
+            me.woken.clear()
+        if isinstance(answer, TransferError):
+            raise answer
+        return answer
 
     def _send_queued(self) -> None:
-        """Send what is queued (the leader's bundle first), answer its senders, and hand the
-        lead to the first sender still queued, if any."""
+        """Send what is queued, oldest first (not the senders holding a lead: each sends its
+        own), answer its senders, and pass the lead to a queued sender, if any."""
         with self._lock:
             group: list[_Waiter] = []
-            while self._queue and fits_with([w.parts for w in group], self._queue[0].parts):
-                group.append(self._queue.pop(0))
+            for w in list(self._queue):
+                if not w.lead and fits_with([g.parts for g in group], w.parts):
+                    group.append(w)
+                    self._queue.remove(w)
+                if len(group) == MAX_GROUP_FILES:
+                    break
+        if not group:  # all queued are taken by other sends
+            with self._lock:
+                self._pass_lead()
+            return
         answer: object = None
         try:
             answer = self._post(merge_bundles([w.parts for w in group]))
@@ -99,8 +113,14 @@ class GroupSender:
                 else:
                     w.answer = SENT
                 w.woken.set()
-            if self._queue:
-                self._queue[0].lead = True
-                self._queue[0].woken.set()
-            else:
-                self._sending = False
+            self._pass_lead()
+
+    def _pass_lead(self) -> None:
+        """(Under the lock.) The lead just used goes to the oldest queued sender without one,
+        or back to the free ones."""
+        nxt = next((w for w in self._queue if not w.lead), None)
+        if nxt is None:
+            self._free += 1
+        else:
+            nxt.lead = True
+            nxt.woken.set()

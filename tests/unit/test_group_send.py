@@ -31,23 +31,34 @@ def _parts(data: bytes) -> tuple[BundleParts, str]:
 @given(
     files=st.lists(st.binary(min_size=1, max_size=500), min_size=1, max_size=24, unique=True),
     fates=st.lists(st.sampled_from(["ok", "fail", "refuse"]), min_size=24, max_size=24),
+    in_flight=st.integers(1, 3),
 )
-def test_every_sender_gets_its_own_answer(files: list[bytes], fates: list[str]) -> None:
+def test_every_sender_gets_its_own_answer(files: list[bytes], fates: list[str], in_flight: int) -> None:
     made = [_parts(f) for f in files]
     fate_of_file = {file_hex: fates[i] for i, (_, file_hex) in enumerate(made)}
     sent: list[set[str]] = []  # the files of each bundle the server accepted
     gate = threading.Lock()
 
+    posting = [0, 0]  # posts under way now, most at once
+
     def post(bundle: BundleParts) -> object:
         with gate:
+            posting[0] += 1
+            posting[1] = max(posting)
+        try:
+            threading.Event().wait(0.001)  # overlap with other posts, when there may be some
             names = {hash_to_hex(info.file_hash) for info in parse_shard(bundle.shard).files}
             assert len(names) <= MAX_GROUP_FILES
             if any(fate_of_file[n] == "fail" for n in names):
                 raise TransferError("quota", status=413)
-            sent.append(names)
+            with gate:
+                sent.append(names)
             return {"result": 1, REFUSED_SHA256: sorted(n for n in names if fate_of_file[n] == "refuse")}
+        finally:
+            with gate:
+                posting[0] -= 1
 
-    sender = GroupSender(post)
+    sender = GroupSender(post, in_flight=in_flight)
     answers: dict[str, object] = {}
     start = threading.Barrier(len(made))
 
@@ -63,6 +74,8 @@ def test_every_sender_gets_its_own_answer(files: list[bytes], fates: list[str]) 
         t.start()
     for t in threads:
         t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)  # nobody waits forever
+    assert posting[1] <= in_flight
     accepted = [n for names in sent for n in names]
     assert len(accepted) == len(set(accepted))  # no file in two accepted bundles
     for _, file_hex in made:
