@@ -74,7 +74,7 @@ def remote_for(tool: str, root: Path, genv: GitEnv, server_workers: int | None =
         with running_server(root / "server" / "data", "--workers", str(server_workers or DEFAULT_WORKERS)) as srv:
             genv.git_xet("install", "--native", srv.url)
             token = srv.token("write", repo="bench/many")
-            genv.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
+            genv.use_credentials(token)
             genv.git("config", "--global", "lfs.url", f"{srv.url}/bench/many.git/info/lfs")
             yield srv.process.pid
     elif tool == "git-xet-local":

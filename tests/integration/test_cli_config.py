@@ -250,7 +250,7 @@ def test_refused_hub_credentials_show_the_reason_and_the_hub_fix(tmp_path: Path)
     with running_server(tmp_path / "srv" / "data") as srv:
         g.git_xet("install")
         read_only = srv.token("read", repo="acme/model")
-        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={read_only}; }}; f")
+        g.use_credentials(read_only)
         g.git("config", "--global", "lfs.url", f"{srv.url}/acme/model.git/info/lfs")
         work = _repo_with_lfs_file(g)
         g.git_xet("install", "--native", srv.url)  # our own batch call: its refusal is our message
@@ -433,7 +433,7 @@ def test_doctor_checks_what_it_claims(tmp_path: Path) -> None:
         assert "server-negotiated" not in none.stdout and "mode: native XET" in none.stdout
         for scope, ok in (("read", False), ("write", True)):
             token = srv.token(scope, repo="acme/model")
-            g.git("config", "--global", "credential.helper", f"!f() {{ echo username=u; echo password={token}; }}; f")
+            g.use_credentials(token, username="u")
             out = g.git_xet("doctor", cwd=repo, check=False)
             assert (out.returncode == 0) is ok, out.stdout
             assert ("allow pushing to" in out.stdout) is ok

@@ -170,7 +170,7 @@ def test_hub_style_modes_through_tls_two_replicas_s3_and_postgres(tmp_path: Path
     g.env["GIT_SSL_CAINFO"] = str(d.nginx.cert)
     g.git_xet("install", *(["--native", d.nginx.url] if mode == "native" else []))
     g.git("config", "--global", "http.sslCAInfo", str(d.nginx.cert))
-    g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+    g.use_credentials(user_token)
     g.git("config", "--global", "lfs.url", f"{d.nginx.url}/{repo}.git/info/lfs")
     files = {"model.bin": random_bytes(6_000_000, 1341 + len(mode)), "notes.bin": random_bytes(30_000, 1343 + len(mode))}
     tls_start = len(d.nginx.access_log().splitlines())

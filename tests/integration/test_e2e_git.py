@@ -179,7 +179,7 @@ def test_hub_style_negotiation_with_our_server(tmp_path: Path) -> None:
     with running_server(tmp_path / "srv" / "data") as srv:
         user_token = srv.token("write", repo="acme/model")
         g.git_xet("install")  # registered, no standalone mode: the server negotiates
-        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+        g.use_credentials(user_token)
         g.git("config", "--global", "lfs.url", f"{srv.url}/acme/model.git/info/lfs")
         files = {"data.bin": random_bytes(9_000_000, 7)}
         _push_first_commit(g, files)
@@ -235,7 +235,7 @@ def test_native_mode_against_a_hub_style_server(tmp_path: Path) -> None:
     with running_server(tmp_path / "srv" / "data") as srv:
         user_token = srv.token("write", repo="datasets/acme/corpus")
         g.git_xet("install", "--native", srv.url)
-        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+        g.use_credentials(user_token)
         g.git("config", "--global", "lfs.url", f"{srv.url}/datasets/acme/corpus.git/info/lfs")
         files = {"shard.bin": random_bytes(7_000_000, 8)}
         _push_first_commit(g, files)
@@ -259,7 +259,7 @@ def test_a_native_clone_asks_once_per_agent_for_its_token_and_credential(tmp_pat
     with running_server(tmp_path / "srv" / "data") as srv:
         user_token = srv.token("write", repo="acme/many")
         g.git_xet("install", "--native", srv.url)
-        g.git("config", "--global", "credential.helper", f"!f() {{ echo x >> {asked}; echo username=user; echo password={user_token}; }}; f")
+        g.use_credentials(user_token, record=asked)
         g.git("config", "--global", "lfs.url", f"{srv.url}/acme/many.git/info/lfs")
         g.git("config", "--global", "lfs.concurrenttransfers", str(agents))
         files = {f"f{i}.bin": random_bytes(2000 + 37 * i, 100 + i) for i in range(count)}

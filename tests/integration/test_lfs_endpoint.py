@@ -37,7 +37,7 @@ def teammate(root: Path, srv: RunningServer, lfs_path: str, *, agent: bool, scop
     if agent:
         g.git_xet("install")
     token = srv.token(scope, repo=REPO)
-    g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
+    g.use_credentials(token)
     return g
 
 
@@ -285,7 +285,7 @@ def test_both_client_kinds_through_tls_two_replicas_s3_and_postgres(tmp_path: Pa
             if agent:
                 g.git_xet("install")
             g.git("config", "--global", "http.sslCAInfo", str(d.nginx.cert))
-            g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={d.token('write', repo=REPO)}; }}; f")
+            g.use_credentials(d.token("write", repo=REPO))
             return g
 
         bob = client("bob", agent=False)

@@ -87,7 +87,7 @@ def _user(tmp: Path, site: Site, name: str, token: str, lfs_path: str = "", agen
     if agent:
         g.git_xet("install")
     lfs_url = f"{site.url(name)}/{REPO}.git/info/lfs"
-    g.git("config", "--global", "credential.helper", f"!f() {{ echo username={name}; echo password={token}; }}; f")
+    g.use_credentials(token, username=name)
     g.git("config", "--global", "lfs.url", lfs_url)
     g.git("config", "--global", f"lfs.{lfs_url}.locksverify", "true")
     return g

@@ -47,7 +47,7 @@ def git_push(root: Path, server: RunningServer, files: dict[str, bytes]) -> None
     g.git("lfs", "install", "--skip-repo")
     g.git_xet("install")
     token = server.token("write", repo=REPO)
-    g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
+    g.use_credentials(token)
     tree = g.lfs_work_tree(files)
     g.git("config", "lfs.url", f"{server.url}/{REPO}.git/info/lfs", cwd=tree)
     g.git("push", "-q", "origin", "main", cwd=tree)

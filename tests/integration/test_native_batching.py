@@ -44,7 +44,7 @@ def test_native_clone_batches_downloads(files: int, tmp_path: Path, lfs_path: st
     with running_server(tmp / "srv" / "data") as srv:
         user_token = srv.token("write", repo="acme/model")
         g.git_xet("install", "--native", srv.url)
-        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+        g.use_credentials(user_token)
         g.git("config", "--global", "lfs.url", f"{srv.url}/acme/model.git/info/lfs")
         g.git("config", "--global", "lfs.concurrenttransfers", str(AGENTS))
         work = g.lfs_work_tree(contents)

@@ -40,7 +40,7 @@ def _installed(g: GitEnv, mode: str, tmp: Path) -> Iterator[None]:
         else:
             user_token = srv.token("write", repo="acme/model")
             g.git_xet("install", *(["--native", srv.url] if mode == "native" else []))
-            g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+            g.use_credentials(user_token)
             g.git("config", "--global", "lfs.url", f"{srv.url}/acme/model.git/info/lfs")
         yield
 

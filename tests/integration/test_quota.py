@@ -43,7 +43,7 @@ def _pusher(root: Path, server: RunningServer, repo: str) -> GitEnv:
     g.git("lfs", "install", "--skip-repo")
     g.git_xet("install")
     token = server.token("write", repo=repo)
-    g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
+    g.use_credentials(token)
     return g
 
 
@@ -119,7 +119,7 @@ def test_a_stock_git_lfs_push_past_the_quota_is_refused_with_the_reason(tmp_path
         g = make_git_env(tmp_path / "stock")
         g.git("lfs", "install", "--skip-repo")
         token = server.token("write", repo="team/stock")
-        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={token}; }}; f")
+        g.use_credentials(token)
         _admin(server, "/admin/api/repos/quota", {"repo": "team/stock", "max_bytes": 50_000})
         ok, stderr = _push(g, server, "team/stock", {"big.bin": random_bytes(60_000, 9)}, "w")
         assert not ok and "over its quota" in stderr and "51200" not in stderr and "50000 bytes" in stderr, stderr

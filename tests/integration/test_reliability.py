@@ -104,7 +104,7 @@ def test_tokens_and_xorb_urls_expiring_mid_transfer_are_renewed(tmp_path: Path) 
     with running_server(tmp_path / "srv" / "data", "--cas-token-ttl", "8", "--url-ttl", "2") as srv, fault_proxy(srv.url, plan) as proxy:
         user_token = srv.token("write", repo="acme/model")
         g.git_xet("install")  # no standalone mode: the server negotiates, as the Hub does
-        g.git("config", "--global", "credential.helper", f"!f() {{ echo username=user; echo password={user_token}; }}; f")
+        g.use_credentials(user_token)
         g.git("config", "--global", "lfs.url", f"{proxy}/acme/model.git/info/lfs")
         work = _repo_with(g, "repo", files)
         g.git("push", "-q", "origin", "main", cwd=work)

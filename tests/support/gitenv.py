@@ -54,6 +54,12 @@ class GitEnv:
         self.git("commit", "-qm", "v1", cwd=tree)
         return tree
 
+    def use_credentials(self, password: str, username: str = "user", record: Path | None = None) -> None:
+        """A global credential helper that answers git and git-lfs with these credentials; with
+        `record`, each time it is asked appends a line there (to count the asks)."""
+        asked = f"echo x >> {record}; " if record is not None else ""
+        self.git("config", "--global", "credential.helper", f"!f() {{ {asked}echo username={username}; echo password={password}; }}; f")
+
     def agent_log(self) -> str:
         path = Path(self.env["GIT_XET_LOG"])
         return path.read_text(errors="replace") if path.exists() else ""
