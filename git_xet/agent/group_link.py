@@ -11,7 +11,7 @@ How:
   cannot answer for the sender, nor send through it. Each request also names the key, which
   the sender compares with its own.
 - A bundle travels as a memfd passed with SCM_RIGHTS (no copy through the socket's buffer),
-  its layout in a marshal'd header; one byte comes back, once the server answered the group's
+  its layout in a JSON header; one byte comes back, once the server answered the group's
   bundle: sent, send it alone, or this file's sha256 claim refused.
 - Anything else (no answer, EOF, a timeout, a refusal) makes the agent post its own bundle, as
   it did before grouping: the server stores a bundle idempotently, so a bundle sent twice (the
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import array
 import hashlib
-import marshal
+import json
 import os
 import socket
 import threading
@@ -181,7 +181,7 @@ def _exchange(link: socket.socket, key: str, parts: BundleParts) -> bytes | None
             for _, body in parts.xorbs:
                 out.write(body)
             out.write(parts.shard)
-        header = marshal.dumps((FORMAT, key, [(xorb_hex, len(body)) for xorb_hex, body in parts.xorbs], len(parts.shard)))
+        header = json.dumps([FORMAT, key, [[xorb_hex, len(body)] for xorb_hex, body in parts.xorbs], len(parts.shard)]).encode()
         link.sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         answer = link.recv(1)
     except OSError:  # (a timeout too)
@@ -260,13 +260,13 @@ class _Runner:
 
     def _parts(self, message: bytes, fd: int | None) -> BundleParts | None:
         """The request's bundle, if it is one of this key's, in this format, within bounds."""
-        request = marshal.loads(message)
-        if fd is None or not (isinstance(request, tuple) and len(request) == 4 and request[0] == FORMAT and request[1] == self._key):
+        request = json.loads(message)  # (not marshal, which is not safe against malformed input)
+        if fd is None or not (isinstance(request, list) and len(request) == 4 and request[0] == FORMAT and request[1] == self._key):
             return None
         _, _, layout, shard_len = request
-        if not (isinstance(layout, list) and 0 < len(layout) <= MAX_BUNDLE_XORBS and isinstance(shard_len, int)):
+        if not (isinstance(layout, list) and 0 < len(layout) <= MAX_BUNDLE_XORBS and type(shard_len) is int):
             return None
-        if not all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], int) and x[1] >= 0 for x in layout):
+        if not all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and type(x[1]) is int and x[1] >= 0 for x in layout):
             return None
         total = sum(size for _, size in layout) + shard_len
         if not 0 < shard_len <= total <= MAX_GROUP_BYTES or os.fstat(fd).st_size != total:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import array
 import hashlib
 import json
-import marshal
 import os
 import signal
 import socket
@@ -189,7 +188,7 @@ def _as_other_user(job: str, where: bytes) -> tuple[int, int]:
             fd = os.memfd_create("b")
             os.write(fd, b"".join(body for _, body in parts.xorbs) + parts.shard)
             key = where.decode().rsplit("/", 1)[1]
-            header = marshal.dumps((group_link.FORMAT, key, [(h, len(b)) for h, b in parts.xorbs], len(parts.shard)))
+            header = json.dumps([group_link.FORMAT, key, [[h, len(b)] for h, b in parts.xorbs], len(parts.shard)]).encode()
             try:
                 conn.sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
                 outcome = "answered" if conn.recv(1) else "no answer"
