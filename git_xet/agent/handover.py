@@ -54,6 +54,9 @@ if TYPE_CHECKING:
     from .stdio import InputLines, ProtocolOut
 
 
+WORKER_LOST = -1  # _handed: the worker ended without sending its status (this agent exits 1)
+
+
 def address(lfs_process: str, operation: str) -> bytes:
     return local_sockets.address(f"{lfs_process}/{operation}")
 
@@ -68,12 +71,17 @@ def serve_handed_over(init: Init, lines: InputLines, out: ProtocolOut, serve: Se
         return serve(lines, out, init.remote)
     where = address(lfs_process, init.operation)
     server = _start_server(where, init, out, serve, prepare)
+    status: int | None = None
     try:
         status = _handed(where, lfs_process, init, lines, out)
-        return serve(lines, out, init.remote) if status is None else status
+        if status is None:
+            return serve(lines, out, init.remote)
+        return 1 if status == WORKER_LOST else status
     finally:
         if server:  # only once this agent is done: the server's other workers may serve on
-            _stop_server(server)
+            # Not waiting for a server whose workers wait for git-lfs, which waits for this
+            # agent's answer, when its worker was killed: this agent ends, git-lfs hears it.
+            _stop_server(server, wait=status != WORKER_LOST)
 
 
 def _start_server(where: bytes, init: Init, out: ProtocolOut, serve: Serve, prepare: Prepare) -> int | None:
@@ -98,20 +106,22 @@ def _start_server(where: bytes, init: Init, out: ProtocolOut, serve: Serve, prep
     return pid
 
 
-def _stop_server(pid: int) -> None:
+def _stop_server(pid: int, wait: bool = True) -> None:
     """Tell the server this command is done, and wait for it: it waits for its workers, so
     their CPU time counts as this agent's children's (as an agent's own would)."""
     import signal
 
     try:
         os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
+        if wait:
+            os.waitpid(pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass
 
 
 def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: ProtocolOut) -> int | None:
-    """The exit status of the worker that served this agent; None if none did (nor read its stdin)."""
+    """The exit status of the worker that served this agent (WORKER_LOST: it ended without
+    one, killed); None if none did (nor read its stdin)."""
     conn = local_sockets.seqpacket()
     started = False
     try:
@@ -129,8 +139,8 @@ def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: 
             return None
         started = True
         answer = conn.recv(16)
-        return answer[1] if len(answer) == 2 and answer[:1] == STATUS else 1
+        return answer[1] if len(answer) == 2 and answer[:1] == STATUS else WORKER_LOST
     except OSError:  # before a worker started: no server, refused, gone, or too slow
-        return 1 if started else None
+        return WORKER_LOST if started else None
     finally:
         conn.close()

@@ -25,7 +25,9 @@ from .summary import PushSummary
 from .terminal import tell
 
 if TYPE_CHECKING:
+    from ..client.backend import XetBackend
     from ..pipelines.upload import Uploader
+    from .group_link import CommandGroup
 
 log = logging.getLogger("git_xet.agent")
 
@@ -83,6 +85,7 @@ class AgentSession:
         self._labelled: set[str] = set()  # stores whose shard-cache directory this process has labelled
         self._storage_roots: tuple[str, ...] | None = None
         self._summaries: dict[str, PushSummary] = {}  # by operation: a push's, a clone's
+        self._groups: list[CommandGroup] = []  # shared senders this agent joined (group_link.py)
 
     # ------------------------------------------------------------------ transfers
 
@@ -154,6 +157,7 @@ class AgentSession:
         if uploader is None:
             uploader = Uploader(backend, ShardCache(default_cache_root(), key), progress=progress.add, record_batch=RECORD_BATCH)
             self._uploaders[key] = uploader
+            self._share_sender(backend)
         uploader.progress = progress.add
         sent_before = uploader.stats.xorb_bytes_sent
         try:
@@ -218,9 +222,24 @@ class AgentSession:
         totals.file_bytes += size
         totals.sent_bytes += fetched
 
+    def _share_sender(self, backend: XetBackend) -> None:
+        """Send this store's small files through the sender this command's agents share, where
+        it is a `git xet serve` taking upload bundles and the platform has one (group_link.py)."""
+        from ..client.serve_extension import ServeExtension
+
+        ext = backend.extension
+        if isinstance(ext, ServeExtension):
+            from .group_link import attach
+
+            group = attach(ext)
+            if group is not None:
+                self._groups.append(group)
+
     def close(self) -> None:
         for uploader in self._uploaders.values():
             uploader.close()
+        for group in self._groups:  # the sender this agent runs answers the others first
+            group.close()
         for operation, summary in self._summaries.items():
             try:
                 line = summary.close()

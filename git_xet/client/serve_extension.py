@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ..core.bundle_merge import BundleParts, groupable
 from ..core.extension import LFS_OBJECTS, UPLOAD_BUNDLES, UPLOAD_STREAM, Capabilities
 from ..core.hashes import hex_to_hash
 from ..core.http_headers import bearer
@@ -18,6 +19,7 @@ from ..core.scattered import OutgoingBytes
 from ..core.upload_bundle import MAX_BUNDLE_XORBS, pack_bundle
 from .backend import UploadStream
 from .errors import TransferError
+from .group_send import SENT
 from .http_errors import unless_refused
 from .http_types import HttpClient, Response
 from .lfs_batch import batch_one
@@ -43,12 +45,23 @@ class ServedStore(Protocol):
     def send_shard(self, body: bytes, named: dict[str, str] | None) -> bool: ...
 
 
+class BundleGroup(Protocol):
+    """A sender of small-file bundles shared with other senders (GroupSender, or a link to the
+    one another agent runs): SENT once the server accepted a bundle holding `parts`, SEND_ALONE
+    when this file must be posted alone; raises TransferError for a refusal of this file."""
+
+    def send(self, parts: BundleParts) -> str: ...
+
+
 class ServeExtension:
     """GitXetExtension of a `git xet serve`, as its capabilities answer (`offered`) lists it."""
 
     def __init__(self, backend: ServedStore, offered: Capabilities) -> None:
         self.backend = backend
         self.offered = offered
+        # The sender this command's agents share (agent/group_link.py), set by the agent where
+        # the platform has one; None: each bundle is posted here, alone.
+        self.group: BundleGroup | None = None
 
     @property
     def checks_sha256_claims(self) -> bool:
@@ -66,21 +79,33 @@ class ServeExtension:
 
     def upload_xorbs_with_shard(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, stream_id: str) -> bool:
         """One upload bundle (core/extension.py) where the server takes them and they fit one
-        (small xorbs, each posted directly anyway), else the usual requests in order."""
+        (small xorbs, each posted directly anyway), else the usual requests in order. With a
+        `group` (a sender shared by a command's agents), a small bundle holding every xorb its
+        shard names goes with other agents' files when they queue (client/group_send.py)."""
         named = self._stream_header(stream_id)
         fits = 0 < len(xorbs) <= MAX_BUNDLE_XORBS and all(self.backend.posts_directly(len(body)) for _, body in xorbs)
         if not (fits and self.offered.upload_bundles):
             for xorb_hex, body in xorbs:
                 self.backend.upload_xorb(xorb_hex, body)
             return self.backend.send_shard(shard, named)
+        if self.group is not None and (parts := groupable(xorbs, shard)) is not None and self.group.send(parts) == SENT:
+            return True  # the group's bundle was accepted with this file in it
+        answer = self.post_bundle(xorbs, shard, named)
+        return unless_refused(answer, int(answer["result"]) == 1)
+
+    def post_bundle(self, xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes, named: dict[str, str] | None = None) -> dict[str, Any]:
+        """POST one upload bundle (`named`: its headers, e.g. the upload stream); the server's
+        JSON answer, checked to be one (its `result`, and the files it refused, if any)."""
         body = pack_bundle([(hex_to_hash(xorb_hex), xorb) for xorb_hex, xorb in xorbs], shard)
         resp = self.backend.request("upload of a shard and its xorbs", "POST", UPLOAD_BUNDLES, body=body, headers=named)
         try:
             answer = resp.json()
-            inserted = int(answer["result"]) == 1
+            int(answer["result"])
         except (ValueError, KeyError, TypeError):
             raise TransferError("the server answered an upload bundle with something unexpected", retryable=True) from None
-        return unless_refused(answer, inserted)
+        if not isinstance(answer, dict):
+            raise TransferError("the server answered an upload bundle with something unexpected", retryable=True)
+        return answer
 
     def file_for_sha256(self, oid: str, size: int) -> str | None:
         """Asked through the server's Git LFS batch API: `/git-xet.git` is the batch API of the
