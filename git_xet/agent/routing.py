@@ -67,13 +67,14 @@ _HTTP_CLIENT = (
     "git_xet.client.backends",
     "git_xet.client.location",
     "git_xet.client.http_backend",
+    "git_xet.client.serve_extension",
     "git_xet.client.http_client",
     "git_xet.client.http_auth",
     "git_xet.client.tokens",
     "git_xet.client.lfs_batch",
     "encodings.idna",
 )
-_LOCAL_CLIENT = ("git_xet.client.backends", "git_xet.client.location", "git_xet.client.local_backend")
+_LOCAL_CLIENT = ("git_xet.client.backends", "git_xet.client.location", "git_xet.client.local_backend", "git_xet.storage.index_sqlite")
 
 
 def client_modules() -> tuple[str, ...]:

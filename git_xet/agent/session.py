@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,8 +71,18 @@ def prepare(operation: str) -> None:
     the fork server runs this once, then forks a worker per agent from it (fork_server.py)."""
     __import__("git_xet.platform.memory")
     __import__("git_xet.pipelines.upload" if operation == "upload" else "git_xet.pipelines.download")
-    for module in client_modules():
+    modules = client_modules()
+    for module in modules:
         __import__(module)
+    if operation == "upload":  # what _upload imports with a first object
+        from ..client.shard_cache import default_cache_root
+
+        default_cache_root()  # (platformdirs)
+        if "git_xet.client.serve_extension" in modules:
+            __import__("git_xet.agent.group_link")
+    else:  # the clone's summary, at the agent's end (an upload's path loads them anyway)
+        __import__("git_xet.platform.locks")
+        __import__("git_xet.platform.private_paths")
     git_common_dir()
 
 
@@ -225,10 +236,10 @@ class AgentSession:
     def _share_sender(self, backend: XetBackend) -> None:
         """Send this store's small files through the sender this command's agents share, where
         it is a `git xet serve` taking upload bundles and the platform has one (group_link.py)."""
-        from ..client.serve_extension import ServeExtension
-
         ext = backend.extension
-        if isinstance(ext, ServeExtension):
+        # (looked up, not imported: a local store's agent never loads the HTTP client)
+        serve_extension = sys.modules.get("git_xet.client.serve_extension")
+        if serve_extension is not None and isinstance(ext, serve_extension.ServeExtension):
             from .group_link import attach
 
             group = attach(ext)
