@@ -99,7 +99,7 @@ def _answer(conn: socket.socket, server: socket.socket, own: tuple, remote: str 
         if conn.recv(16) != GO:  # the agent gave up waiting: it serves itself
             return
         if os.fork() == 0:
-            _work(conn, server, fds, request[2], request[3], remote, serve)
+            _work(conn, server, fds, request[2], request[3], remote, serve, request[4])
     except OSError:
         return
     finally:
@@ -108,19 +108,20 @@ def _answer(conn: socket.socket, server: socket.socket, own: tuple, remote: str 
 
 
 def _request(message: bytes) -> tuple | None:
-    """(format, identity, git-lfs id, unread input), or None for anything else."""
+    """(format, identity, git-lfs id, unread input, the oid whose first byte the agent reported),
+    or None for anything else."""
     try:
         request = marshal.loads(message)
     except (EOFError, ValueError, TypeError):
         return None
-    if not (isinstance(request, tuple) and len(request) == 4 and request[0] == FORMAT):
+    if not (isinstance(request, tuple) and len(request) == 5 and request[0] == FORMAT):
         return None
-    if not (isinstance(request[2], str) and isinstance(request[3], bytes)):
+    if not (isinstance(request[2], str) and isinstance(request[3], bytes) and isinstance(request[4], str)):
         return None
     return request
 
 
-def _work(conn: socket.socket, server: socket.socket, fds: list[int], lfs_process: str, pending: bytes, remote: str | None, serve: Serve) -> NoReturn:
+def _work(conn: socket.socket, server: socket.socket, fds: list[int], lfs_process: str, pending: bytes, remote: str | None, serve: Serve, shown: str) -> NoReturn:
     """The worker: the agent's descriptors become ours, and we serve its objects."""
     status = 1
     try:
@@ -135,7 +136,7 @@ def _work(conn: socket.socket, server: socket.socket, fds: list[int], lfs_proces
         conn.sendall(STARTED)
         threading.Thread(target=_exit_with_agent, args=(conn,), daemon=True).start()
         adopt(lfs_process)
-        status = serve(InputLines(0, pending), ProtocolOut(), remote)
+        status = serve(InputLines(0, pending), ProtocolOut(), remote, shown)
     except BaseException:  # noqa: BLE001 -- whatever ends the worker, the agent hears its status
         traceback.print_exc()
     finally:

@@ -61,21 +61,22 @@ def address(lfs_process: str, operation: str) -> bytes:
     return local_sockets.address(f"{lfs_process}/{operation}")
 
 
-def serve_handed_over(init: Init, lines: InputLines, out: ProtocolOut, serve: Serve, prepare: Prepare) -> int:
+def serve_handed_over(init: Init, lines: InputLines, out: ProtocolOut, serve: Serve, prepare: Prepare, shown: str = "") -> int:
     """Serve this agent's objects: by a worker of this command's fork server (started here if
-    no agent has started it) when one takes them, else here, with `serve`. The exit status."""
+    no agent has started it) when one takes them, else here, with `serve`. The exit status.
+    `shown`: the first request's oid, when this agent reported its first byte (serve's)."""
     if not local_sockets.available() or os.environ.get("GIT_XET_FORK_SERVER") == "0":
-        return serve(lines, out, init.remote)
+        return serve(lines, out, init.remote, shown)
     lfs_process = lfs_process_id()
     if lfs_process is None:
-        return serve(lines, out, init.remote)
+        return serve(lines, out, init.remote, shown)
     where = address(lfs_process, init.operation)
     server = _start_server(where, init, out, serve, prepare)
     status: int | None = None
     try:
-        status = _handed(where, lfs_process, init, lines, out)
+        status = _handed(where, lfs_process, init, lines, out, shown)
         if status is None:
-            return serve(lines, out, init.remote)
+            return serve(lines, out, init.remote, shown)
         return 1 if status == WORKER_LOST else status
     finally:
         if server:  # only once this agent is done: the server's other workers may serve on
@@ -119,7 +120,7 @@ def _stop_server(pid: int, wait: bool = True) -> None:
         pass
 
 
-def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: ProtocolOut) -> int | None:
+def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: ProtocolOut, shown: str) -> int | None:
     """The exit status of the worker that served this agent (WORKER_LOST: it ended without
     one, killed); None if none did (nor read its stdin)."""
     conn = local_sockets.seqpacket()
@@ -129,7 +130,7 @@ def _handed(where: bytes, lfs_process: str, init: Init, lines: InputLines, out: 
         conn.connect(where)
         if local_sockets.peer_uid(conn) != os.getuid():
             return None
-        request = marshal.dumps((FORMAT, identity(init), lfs_process, lines.unread()))
+        request = marshal.dumps((FORMAT, identity(init), lfs_process, lines.unread(), shown))
         conn.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, STDIO.pack(0, out.fileno(), 2))])
         if conn.recv(16) != READY:
             return None

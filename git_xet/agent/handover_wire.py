@@ -18,13 +18,13 @@ if TYPE_CHECKING:
     from .protocol import Init
     from .stdio import ProtocolOut
 
-    Serve = Callable[[Iterable[str], ProtocolOut, "str | None"], int]
+    Serve = Callable[[Iterable[str], ProtocolOut, "str | None", str], int]
     Prepare = Callable[[str], None]
 
 HANDOVER_WAIT = 10.0  # seconds an agent waits for the server's answer before serving itself
 IDLE_EXIT = 60.0  # seconds without a request after which the server takes no more (and ends with its workers)
 MAX_REQUEST = 1 << 20
-FORMAT = 1  # of the request; a server of another git-xet refuses a request it cannot read
+FORMAT = 2  # of the request; a server of another git-xet refuses a request it cannot read
 STDIO = Struct("3i")  # stdin, stdout (ProtocolOut's: fd 1 is stderr's copy), stderr, as SCM_RIGHTS carries them
 
 # The server's and the worker's answers to an agent; the agent's commitment.

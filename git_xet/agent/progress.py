@@ -21,10 +21,11 @@ class Progress:
     report at most every PROGRESS_INTERVAL and once at the end: an object that takes less
     (every small file) costs one progress line, not two (each a JSON line and a write)."""
 
-    def __init__(self, send: Callable[[int, int], None], total: int, *, first_byte: bool = True) -> None:
+    def __init__(self, send: Callable[[int, int], None], total: int, *, first_byte: bool = True, reported: int = 0) -> None:
+        """`reported`: bytes git-lfs was told of already (by the agent, before its handover)."""
         self._send = send
         self.total = total
-        self.reported = 0
+        self.reported = reported
         self.done = 0
         self._last = 0.0
         if first_byte:

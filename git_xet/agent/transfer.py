@@ -100,8 +100,26 @@ def run(stdin=None) -> int:
     if isinstance(lines, InputLines):
         from .handover import serve_handed_over
 
-        return serve_handed_over(init, lines, out, serve, _prepare)
+        return serve_handed_over(init, lines, out, serve, _prepare, _show_first_byte(lines.unread(), out))
     return serve(lines, out, init.remote)
+
+
+def _show_first_byte(pending: bytes, out: ProtocolOut) -> str:
+    """Report the first byte of the request launch.sh left us, before this command's fork
+    server starts and imports the transfer code (~0.1-0.2 s): git-lfs holds its other workers
+    until worker 0 shows progress (see Progress), so they start that much sooner. Returns the
+    oid reported ("": none), so that whoever serves it does not report that byte again."""
+    line = pending.split(b"\n", 1)[0].strip()
+    if not line:
+        return ""
+    try:
+        req = protocol.parse_request(line.decode())
+    except (protocol.ProtocolError, UnicodeDecodeError):
+        return ""  # whoever serves it answers it
+    if not isinstance(req, protocol.Transfer) or req.size <= 0:
+        return ""
+    out.send(protocol.progress(req.oid, 1, 1))
+    return req.oid
 
 
 def _launched() -> tuple[str | None, bytes]:
@@ -181,8 +199,9 @@ def _prune_refusal(init: protocol.Init) -> str | None:
     return refusal(init.operation, init.remote)
 
 
-def serve(lines: Iterable[str], out: ProtocolOut, remote: str | None) -> int:
-    """Serve the requests after `init` until terminate (or the end of input)."""
+def serve(lines: Iterable[str], out: ProtocolOut, remote: str | None, shown: str = "") -> int:
+    """Serve the requests after `init` until terminate (or the end of input); `shown`: the oid
+    of the first request, when its first byte was reported already (_show_first_byte)."""
     session = None
     log = None  # logging (~10 ms of imports) is set up with the first request
     for line in _requests(lines):
@@ -207,7 +226,8 @@ def serve(lines: Iterable[str], out: ProtocolOut, remote: str | None) -> int:
         def report(so_far: int, since: int, oid: str = req.oid) -> None:  # this object's oid, bound now
             out.send(protocol.progress(oid, so_far, since))
 
-        progress = Progress(report, req.size, first_byte=session is None)
+        already = 1 if session is None and req.oid == shown else 0
+        progress = Progress(report, req.size, first_byte=session is None and not already, reported=already)
         if session is None:
             from .session import AgentSession
 

@@ -20,12 +20,15 @@ from pathlib import Path
 
 import pytest
 
+import git_xet.agent
+
 from git_xet.agent.handover import address
 from git_xet.agent.handover_wire import FORMAT, REFUSED
 from git_xet.client.location import create_local_store
 from tests.support.agent_runs import local_store_env, put_lfs_object
 
 HARNESS = Path(__file__).resolve().parents[1] / "support" / "lfs_harness.py"
+LAUNCHER = Path(git_xet.agent.__file__).resolve().parent / "launch.sh"
 NOBODY = 65534
 
 
@@ -122,6 +125,38 @@ def test_the_agents_of_one_command_are_served_by_workers_of_one_fork_server(tmp_
     assert all(len(_served_by(report, i)) == 1 for i in range(3))
 
 
+def _progress_adds_up(answers: list[dict], sizes: dict[str, int]) -> None:
+    """Each object's progress as git-lfs adds it up: bytesSoFar rising, each step's
+    bytesSinceLast the difference, the last at the object's size, all before its complete."""
+    shown: dict[str, int] = {}
+    for answer in answers:
+        oid = answer["oid"]
+        if answer["event"] == "progress":
+            assert answer["bytesSoFar"] > shown.get(oid, 0) and answer["bytesSinceLast"] == answer["bytesSoFar"] - shown.get(oid, 0), answers
+            shown[oid] = answer["bytesSoFar"]
+        else:
+            assert shown.get(oid, 0) == sizes[oid], (oid, answers)
+
+
+def test_launched_agents_show_each_first_byte_before_their_handover_and_once(tmp_path: Path) -> None:
+    """Started through launch.sh, an agent reports its first object's first byte before it
+    hands over (git-lfs holds its other workers until worker 0 shows progress), and neither its
+    worker nor, when refused one, the agent itself reports that byte again."""
+    repo, objects = _repo_with_objects(tmp_path, 10)
+    create_local_store(tmp_path / "store")
+    env = local_store_env(tmp_path, tmp_path / "store")
+    odd = {**env, "GIT_XET_SOMETHING_ELSE": "1"}  # refused by the first agent's server: serves itself
+    deal = _uploads(objects, 4)
+    plan = {"operation": "upload", "cwd": str(repo), "launcher": str(LAUNCHER), "agents": [{"env": e, "requests": r} for e, r in zip((env, env, odd, env), deal)]}
+    report = _run_harness(plan)
+    assert sum(len(_completed(a)) for a in report["answers"]) == len(objects)
+    assert [len(_served_by(report, i)) for i in range(4)] == [1, 1, 0, 1]
+    sizes = {oid: len(data) for oid, data, _ in objects}
+    for requests, answers in zip(deal, report["answers"]):
+        assert answers[0] == {"event": "progress", "oid": requests[0]["oid"], "bytesSoFar": 1, "bytesSinceLast": 1}
+        _progress_adds_up(answers, sizes)
+
+
 def test_an_agent_unlike_the_first_serves_its_objects_itself(tmp_path: Path) -> None:
     """A worker is a copy of the first agent: an agent with another environment is refused and
     serves itself, while agents like the first are still served by workers."""
@@ -187,7 +222,7 @@ def _asker(where: bytes) -> Callable[[Callable[[str], None]], None]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         conn.settimeout(20)
         conn.connect(where)
-        request = marshal.dumps((FORMAT, ("not", "an", "agent"), "0-0", b""))
+        request = marshal.dumps((FORMAT, ("not", "an", "agent"), "0-0", b"", ""))
         try:
             conn.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
             answer = conn.recv(16)
@@ -264,3 +299,55 @@ def test_agents_hand_nothing_to_another_users_server(tmp_path: Path) -> None:
     assert sum(len(_completed(a)) for a in report["answers"]) == 4
     assert [len(_served_by(report, i)) for i in range(2)] == [0, 0]
     assert received[:2] == ["fds 0", "fds 0"]  # both agents connected, and sent nothing
+
+
+def _refuser(where: bytes) -> Callable[[Callable[[str], None]], None]:
+    """A server of this user holding the socket's name: says which oid each request says its
+    agent already showed progress for, and refuses it (the agent serves itself)."""
+
+    def refuse(say: Callable[[str], None]) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(where)
+        listener.listen(16)
+        say("listening")
+        while True:  # until killed
+            conn, _ = listener.accept()
+            message, ancillary, _, _ = conn.recvmsg(1 << 20, 64)
+            for _, _, data in ancillary:
+                for fd in array.array("i", data[: len(data) - len(data) % 4]):
+                    os.close(fd)
+            say(f"shown {marshal.loads(message)[4] or '-'}")
+            conn.sendall(REFUSED)
+            conn.close()
+
+    return refuse
+
+
+def test_an_agent_shows_its_first_byte_before_it_hands_its_object_over(tmp_path: Path) -> None:
+    """The byte is on git-lfs's pipe before the agent asks the fork server (whose start and
+    imports take ~0.1-0.2 s): the request already says so, and the agent refused by it shows
+    nothing twice."""
+    repo, objects = _repo_with_objects(tmp_path, 4)
+    create_local_store(tmp_path / "store")
+    env = local_store_env(tmp_path, tmp_path / "store")
+    held: list[tuple[int, int]] = []
+
+    def hold(point: str, harness: int) -> None:
+        pid, read_end = _forked(_refuser(address(_lfs_id(harness), "upload")), uid=None)
+        held.append((pid, read_end))
+        assert os.read(read_end, 10) == b"listening\n"
+
+    deal = _uploads(objects, 2)
+    plan = {"operation": "upload", "cwd": str(repo), "launcher": str(LAUNCHER), "agents": [{"env": env, "requests": r} for r in deal], "pause_at": ["start"]}
+    try:
+        report = _run_harness(plan, hold)
+    finally:
+        for pid, _ in held:
+            os.kill(pid, signal.SIGKILL)
+    said = _read_all(*held[0]).split("\n")
+    assert sorted(line for line in said if line.startswith("shown")) == sorted(f"shown {r[0]['oid']}" for r in deal)
+    sizes = {oid: len(data) for oid, data, _ in objects}
+    for requests, answers in zip(deal, report["answers"]):
+        assert answers[0] == {"event": "progress", "oid": requests[0]["oid"], "bytesSoFar": 1, "bytesSinceLast": 1}
+        _progress_adds_up(answers, sizes)
+    assert [len(_served_by(report, i)) for i in range(2)] == [0, 0]

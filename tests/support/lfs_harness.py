@@ -10,7 +10,8 @@ at each named point ("start": before the first agent, "terminate": before termin
 {"pause": point, "pid": its pid} and waits for a line ("go"). Prints a JSON report.
 
 Plan: {"operation", "cwd", "agents": [{"env": {...}, "requests": [...]}...], "kill": index|null,
-       "pause_at": [point...]}
+       "pause_at": [point...], "launcher": path of agent/launch.sh|null (start the agents through it,
+       as `git xet install` registers them)}
 Report: {"agents": [pid...], "answers": [[...]...], "holders": [[{"pid", "ppid"}...]...],
          "exit_codes": [...], "killed_worker_gone": bool|null}
 Only the standard library: it runs in a fresh interpreter.
@@ -90,17 +91,24 @@ def _pause(point: str, plan: dict) -> None:
         sys.stdin.readline()
 
 
+def _compact(message: dict) -> str:
+    """A message as git-lfs writes it: JSON without spaces (what launch.sh recognizes)."""
+    return json.dumps(message, separators=(",", ":"))
+
+
 def main() -> None:
     ctypes.CDLL(None).prctl(_PR_SET_NAME, b"git-lfs-harness", 0, 0, 0)
     plan = json.loads(sys.stdin.readline())
     _pause("start", plan)
     command = f"'{sys.executable}' -m git_xet transfer"
+    if plan.get("launcher"):
+        command = f"sh '{plan['launcher']}' {command}"
     init = {"event": "init", "operation": plan["operation"], "remote": "origin", "concurrent": True, "concurrenttransfers": len(plan["agents"])}
     procs = []
     for agent in plan["agents"]:  # one after another, each answering init first, as git-lfs does
         proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=plan["cwd"], env=agent["env"], text=True)
         assert proc.stdin is not None
-        proc.stdin.write(json.dumps(init) + "\n")
+        proc.stdin.write(_compact(init) + "\n")
         proc.stdin.flush()
         if _answer_to(proc, None) != [{}]:
             raise RuntimeError("init was not answered {}")
@@ -110,7 +118,7 @@ def main() -> None:
     for i, (proc, agent) in enumerate(zip(procs, plan["agents"])):
         assert proc.stdin is not None
         for request in agent["requests"]:
-            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.write(_compact(request) + "\n")
             proc.stdin.flush()
             answers[i] += _answer_to(proc, request["oid"])
     holders = [_holders_of(os.fstat(proc.stdin.fileno()).st_ino) for proc in procs if proc.stdin is not None]
@@ -128,7 +136,7 @@ def main() -> None:
     for proc in procs:  # all at once, as git-lfs's workers each end theirs
         assert proc.stdin is not None
         try:
-            proc.stdin.write(json.dumps({"event": "terminate"}) + "\n")
+            proc.stdin.write(_compact({"event": "terminate"}) + "\n")
             proc.stdin.close()
         except BrokenPipeError:
             pass
