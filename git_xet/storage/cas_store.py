@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
@@ -238,6 +239,19 @@ class CasStore:
             self._index_stored_xorb(xorb_hex, verified)
         return created
 
+    def _created_unindexed_many(self, verified: Sequence[tuple[str, str, VerifiedXorb]]) -> list[tuple[str, str, VerifiedXorb]]:
+        """_created_unindexed of each (hash, key, verified), their writer locks held, the objects
+        written together (objects.put_new_many): those this call created."""
+        absent = [(xorb_hex, key, xorb) for xorb_hex, key, xorb in verified if not self._is_stored(xorb_hex, key)]
+        written = self.objects.put_new_many([(key, (xorb.body, xorb.footer().serialize())) for _, key, xorb in absent])
+        created = []
+        for (xorb_hex, key, xorb), new in zip(absent, written):
+            if new:
+                created.append((xorb_hex, key, xorb))
+            else:
+                self._index_stored_xorb(xorb_hex, xorb)
+        return created
+
     @staticmethod
     def _verified(xorb_hex: str, verify: Callable[[bytes], VerifiedXorb]) -> VerifiedXorb:
         try:
@@ -260,37 +274,46 @@ class CasStore:
         and its shard; or a large file's last xorb, and its shard), with the same checks,
         results and order of writes.
 
-        When the bundle has one xorb not stored yet and the shard is small (see
-        BUNDLE_CHUNKS), that xorb is indexed in the shard's transaction, and the shard's
-        checks read it from memory instead of from the store: one index commit per small file
-        instead of two, and no read back of bytes just verified. The xorb's writer lock is held
-        from its creation to that commit, as put_xorb holds it. Otherwise each xorb is stored
-        on its own (one writer lock at a time), then the shard. Either way a xorb stored
-        before the shard is refused stays stored and indexed, as after separate requests."""
-        pending = [(xorb_hex, body) for xorb_hex, body in xorbs if not self._is_stored(xorb_hex, self.xorb_key(xorb_hex))]
+        When the shard is small (see BUNDLE_CHUNKS), the xorbs not stored yet are indexed in
+        the shard's transaction, and the shard's checks read them from memory instead of from
+        the store: one index commit per bundle instead of one per xorb and one for the shard
+        (a bundle of several small files, client/group_send.py, has a xorb per file), and no
+        read back of bytes just verified. Their writer locks are held from their creation to
+        that commit, as put_xorb holds one. Otherwise, or when one of them does not verify,
+        each xorb is stored on its own (one writer lock at a time), then the shard. Either way
+        a xorb stored before the shard is refused stays stored and indexed, as after separate
+        requests."""
+        pending: dict[str, bytes | memoryview] = {}  # (a xorb named twice is stored once)
+        for xorb_hex, body in xorbs:
+            if xorb_hex not in pending and not self._is_stored(xorb_hex, self.xorb_key(xorb_hex)):
+                pending[xorb_hex] = body
         try:
             shard = parsed if parsed is not None else parse_shard(shard_body)
         except FormatError:
             shard = None  # register_shard refuses it, after the xorbs (as separate requests would)
-        if len(pending) != 1 or shard is None or chunks_referenced(shard) > BUNDLE_CHUNKS:
-            for xorb_hex, body in pending:
+        verified = self._all_verified(pending) if pending and shard is not None and chunks_referenced(shard) <= BUNDLE_CHUNKS else None
+        if verified is None or shard is None:
+            for xorb_hex, body in pending.items():
                 self.put_xorb(xorb_hex, body)
             return self.register_shard(shard_body, repo, verify_sha256, parsed=shard, prefix=prefix, refused=refused, alongside=alongside)
-        xorb_hex, body = pending[0]
-        key = self.xorb_key(xorb_hex)
-        verified = self._verified(xorb_hex, lambda expected: verify_xorb(body, expected))
-        with self.index.xorb_writer_lock(xorb_hex.lower()), self._full_disk_reported():
-            if not self._created_unindexed(xorb_hex, key, verified):
-                registration = self._checked_registration(shard_body, shard, repo, verify_sha256, prefix=prefix, refused=refused)
-            else:
-                try:
-                    registration = self._checked_registration(shard_body, shard, repo, verify_sha256, fresh={verified.xorb_hash: verified}, prefix=prefix, refused=refused)
-                except Exception:
-                    self._index_xorb(xorb_hex, verified)  # refused: the xorb stays, as after two requests
-                    raise
-                new_xorb = NewXorb(verified.layout(), len(verified.body), self._restorer(key, verified))
-                registration = registration._replace(new_xorbs=(new_xorb,))
-            return self._record(registration, shard_body, alongside)
+        with self.index.xorb_writer_locks([xorb_hex.lower() for xorb_hex, _, _ in verified]), self._full_disk_reported():
+            created = self._created_unindexed_many(verified)
+            try:
+                registration = self._checked_registration(shard_body, shard, repo, verify_sha256, fresh={xorb.xorb_hash: xorb for _, _, xorb in created}, prefix=prefix, refused=refused)
+            except Exception:
+                for xorb_hex, _, xorb in created:
+                    self._index_xorb(xorb_hex, xorb)  # refused: the xorbs stay, as after separate requests
+                raise
+            new_xorbs = tuple(NewXorb(xorb.layout(), len(xorb.body), self._restorer(key, xorb)) for _, key, xorb in created)
+            return self._record(registration._replace(new_xorbs=new_xorbs), shard_body, alongside)
+
+    def _all_verified(self, xorbs: Mapping[str, bytes | memoryview]) -> list[tuple[str, str, VerifiedXorb]] | None:
+        """(hash, key, verified) of each of `xorbs`; None if one does not verify (put_xorb then
+        stores those before it, and refuses it, as separate requests would)."""
+        try:
+            return [(xorb_hex, self.xorb_key(xorb_hex), self._verified(xorb_hex, partial(verify_xorb, body))) for xorb_hex, body in xorbs.items()]
+        except Rejected:
+            return None
 
     def _keep_alive(self, key: str) -> None:
         """A push uploads a xorb the store holds, and names it in a shard soon. If the object was

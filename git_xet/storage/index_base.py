@@ -24,7 +24,7 @@ Nothing here grows one row per chunk (the Hub's scale rule):
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol
 
@@ -127,6 +127,11 @@ class MetadataIndex(Protocol):
         (SeaweedFS 4.x) let two racing conditional multipart completions both succeed, the
         later replacing the object the earlier had indexed. Not held by add_xorb: it may be
         taken inside this."""
+
+    def xorb_writer_locks(self, xorb_hexes: Collection[str]) -> AbstractContextManager[None]:
+        """xorb_writer_lock of each of several xorbs (repeats allowed), held together: an upload
+        bundle's xorbs are created, then indexed in its shard's transaction. Taken in one order
+        that every writer shares, so that two such holders never wait for each other."""
 
     def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
         """Call `remove` (delete an orphaned object) unless the xorb is indexed; True if it ran.

@@ -17,8 +17,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -264,6 +264,14 @@ class PostgresIndex:
                 conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 1))", (xorb_hex,))
             except psycopg.Error:
                 conn.close()
+
+    @contextmanager
+    def xorb_writer_locks(self, xorb_hexes: Collection[str]) -> Iterator[None]:
+        """Each xorb's lock once, in ascending order of the hashes."""
+        with ExitStack() as held:
+            for xorb_hex in sorted(set(xorb_hexes)):
+                held.enter_context(self.xorb_writer_lock(xorb_hex))
+            yield
 
     def remove_xorb_if_unindexed(self, xorb_hex: str, remove: Callable[[], None]) -> bool:
         def work(conn: psycopg.Connection) -> bool:

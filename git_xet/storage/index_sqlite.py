@@ -18,7 +18,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,10 @@ _OLDEST_READABLE = 3
 # Stripes of xorb_writer_lock: writers of two xorbs wait for each other only when their
 # hashes share a first byte, and then only for an object write.
 XORB_LOCK_STRIPES = 256
+
+
+def _stripe(xorb_hex: str) -> int:
+    return int(xorb_hex[:2], 16) % XORB_LOCK_STRIPES
 # Version 0 had one namespace and stored every sha256 a client claimed. Its files become the
 # files of the repo DEFAULT_REPO (what tokens name unless told otherwise); its claimed sha256s
 # become that repo's oids, but no longer count as verified.
@@ -242,7 +246,19 @@ class SqliteIndex:
         threads of one process), then a one-byte range lock (platform/locks.py) of `<index>.xorbs.lock` (across
         processes). Not the write lock: an object write can take a while, and every other
         index write would wait for it."""
-        stripe = int(xorb_hex[:2], 16) % XORB_LOCK_STRIPES
+        with self._stripe_lock(_stripe(xorb_hex)):
+            yield
+
+    @contextmanager
+    def xorb_writer_locks(self, xorb_hexes: Collection[str]) -> Iterator[None]:
+        """Each stripe the xorbs fall in once, in ascending order (xorb_writer_lock takes one)."""
+        with contextlib.ExitStack() as held:
+            for stripe in sorted({_stripe(xorb_hex) for xorb_hex in xorb_hexes}):
+                held.enter_context(self._stripe_lock(stripe))
+            yield
+
+    @contextmanager
+    def _stripe_lock(self, stripe: int) -> Iterator[None]:
         with self._xorb_stripes[stripe]:
             fd = self._xorb_lock_file()
             lock_range(fd, stripe)

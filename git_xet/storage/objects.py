@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
@@ -44,6 +44,10 @@ class ObjectStore(Protocol):
     def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
         """Like put, but only if `key` does not exist yet: False (and nothing changed) if it
         does. Of writers racing on one key, exactly one gets True."""
+
+    def put_new_many(self, items: Sequence[tuple[str, tuple[bytes | memoryview, ...]]]) -> list[bool]:
+        """put_new of each (key, parts), in order: what each returned. A store may make them
+        one durable write (a directory store's small objects: one transaction)."""
 
     def read(self, key: str) -> bytes:
         """The whole object (FileNotFoundError if absent)."""
@@ -129,6 +133,22 @@ class DirectoryObjectStore:
             except FileExistsError:
                 return False
         return True
+
+    def put_new_many(self, items: Sequence[tuple[str, tuple[bytes | memoryview, ...]]]) -> list[bool]:
+        """The small ones as rows written in one transaction (one commit and sync for a bundle
+        of small files' xorbs), the large ones as put_new writes them."""
+        written: list[bool] = []
+        rows: list[tuple[int, str, bytes]] = []
+        for key, parts in items:
+            if _size(parts) >= PACKED_BELOW:
+                written.append(self.put_new(key, *parts))
+                continue
+            if not self._path(key).is_file():
+                rows.append((len(written), key, b"".join(parts)))
+            written.append(False)
+        for (at, _, _), new in zip(rows, self.packed.put_new_rows([(key, data) for _, key, data in rows])):
+            written[at] = new
+        return written
 
     def read(self, key: str) -> bytes:
         path = self._path(key)

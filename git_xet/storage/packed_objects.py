@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..platform.locks import opening_lock
@@ -79,6 +79,14 @@ class PackedObjects:
         verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
         with self._opened().transaction() as db:
             return db.execute(f"{verb} INTO objects VALUES (?, ?, ?)", (key, data, time.time())).rowcount == 1
+
+    def put_new_rows(self, rows: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """put(key, data, replace=False) of each row, in one transaction: which were written."""
+        if not rows:
+            return []
+        now = time.time()
+        with self._opened().transaction() as db:
+            return [db.execute("INSERT OR IGNORE INTO objects VALUES (?, ?, ?)", (key, data, now)).rowcount == 1 for key, data in rows]
 
     def get(self, key: str) -> bytes | None:
         conn = self._reader()

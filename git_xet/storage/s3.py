@@ -27,7 +27,7 @@ import io
 import sys
 import time
 from contextlib import contextmanager
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -298,6 +298,9 @@ class S3ObjectStore:
             self.client.put_object(Bucket=self.bucket, Key=full, Body=PartsBody(parts), ChecksumCRC64NVME=_crc_header(*parts))
         except Exception as exc:  # noqa: BLE001 - any failure of a call: see _fail
             raise self._fail("write", full, exc) from None
+
+    def put_new_many(self, items: Sequence[tuple[str, tuple[bytes | memoryview, ...]]]) -> list[bool]:
+        return [self.put_new(key, *parts) for key, parts in items]  # (a request each: no transactions here)
 
     def put_new(self, key: str, *parts: bytes | memoryview) -> bool:
         full = self.location.key(key)

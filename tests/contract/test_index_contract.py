@@ -13,6 +13,7 @@ import functools
 import hashlib
 import itertools
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -492,6 +493,43 @@ def test_a_xorbs_writer_lock_has_one_holder_among_threads_and_processes(make_ind
         assert child.poll() is None  # still waiting for the lock we hold
     out, _ = child.communicate(timeout=60)
     assert child.returncode == 0 and out.strip() == f"took {held[:2]}"
+
+
+def test_held_together_xorb_writer_locks_exclude_every_other_holder_and_never_deadlock(make_index) -> None:
+    """An upload bundle holds the locks of all its new xorbs at once (CasStore.put_xorbs_with_shard).
+    Eight threads take random sets (repeats, hashes sharing a first byte and so a SQLite stripe,
+    single locks among them), in random orders: each xorb has one holder at a time, and every
+    thread finishes (a fixed order of taking: no two holders wait for each other)."""
+    index = make_index()
+    names = [f"{first}{fill * 62}" for first in ("00", "ab", "ff") for fill in "123"]
+    inside: dict[str, int] = dict.fromkeys(names, 0)
+    guard = threading.Lock()
+    overlaps: list[str] = []
+    done: list[int] = []
+
+    def holder(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(25):
+            chosen = [rng.choice(names) for _ in range(rng.randint(1, 4))]
+            lock = index.xorb_writer_lock(chosen[0]) if len(chosen) == 1 else index.xorb_writer_locks(chosen)
+            with lock:
+                with guard:
+                    for name in set(chosen):
+                        inside[name] += 1
+                        if inside[name] > 1:
+                            overlaps.append(name)
+                time.sleep(0.0005)
+                with guard:
+                    for name in set(chosen):
+                        inside[name] -= 1
+        done.append(seed)
+
+    threads = [threading.Thread(target=holder, args=(seed,), daemon=True) for seed in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(done) == list(range(8)) and overlaps == []
 
 
 class CheckThenWriteStore(DirectoryObjectStore):

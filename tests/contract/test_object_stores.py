@@ -8,6 +8,7 @@ import io
 import threading
 import time
 import tracemalloc
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,6 +85,27 @@ def test_racing_put_new_has_exactly_one_winner(store: ObjectStore) -> None:
         t.join(timeout=60)
     assert results.count(True) == 1
     assert store.read("race/key") == bodies[results.index(True)]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=st.lists(st.tuples(st.integers(0, 5), st.sampled_from([10, 70_000, 200_000]), st.booleans()), min_size=1, max_size=8), seed=st.integers(0, 2**16))
+def test_put_new_many_does_what_put_new_of_each_does(store: ObjectStore, plan: list[tuple[int, int, bool]], seed: int) -> None:
+    """Keys stored before or not, repeated within the batch, small (a directory store's packed
+    rows, written in one transaction) and large: the same answers and the same objects as
+    put_new of each, in order."""
+    prefix = f"many/{uuid.uuid4().hex}"  # (the store lives across examples)
+    items = [(f"{prefix}/k{key}", (random_bytes(size, seed + i)[:3], random_bytes(size, seed + i)[3:])) for i, (key, size, _) in enumerate(plan)]
+    expected: dict[str, bytes] = {}
+    for (key, _, before), (name, _parts) in zip(plan, items):
+        if before and name not in expected:  # stored before the batch
+            expected[name] = b"before" + bytes([key])
+            store.put(name, expected[name])
+    answers = []
+    for name, parts in items:  # what put_new of each would answer, in order
+        answers.append(name not in expected)
+        expected.setdefault(name, b"".join(parts))
+    assert store.put_new_many(items) == answers
+    assert {name: store.read(name) for name in expected} == expected
 
 
 OBJECT = random_bytes(70_001, 7)

@@ -122,11 +122,23 @@ def test_a_small_files_bundle_is_one_index_write(tmp_path: Path) -> None:
         assert store.put_xorbs_with_shard(*bundle, verify_sha256=True)
         assert writes.calls == ["register_shard"]
         assert store.xorb_layout(bundle[0][0][0]) is not None
-        # Two new xorbs: each indexed on its own (one writer lock at a time), then the shard.
-        files = [random_bytes(30_000, 2), random_bytes(30_000, 3)]
+        # Several small files' bundle (a group's, client/group_send.py), a new xorb each: still
+        # one index write, the xorbs in the shard's.
+        files = [random_bytes(30_000, 2), random_bytes(30_000, 3), random_bytes(20_000, 4)]
         writes.calls.clear()
-        assert store.put_xorbs_with_shard(*bundle_parts(files, False, [hashlib.sha256(f).digest() for f in files]), verify_sha256=True)
-        assert writes.calls == ["add_xorb", "add_xorb", "register_shard"]
+        parts = bundle_parts(files, False, [hashlib.sha256(f).digest() for f in files])
+        assert store.put_xorbs_with_shard(*parts, verify_sha256=True)
+        assert writes.calls == ["register_shard"]
+        assert all(store.xorb_layout(xorb_hex) is not None for xorb_hex, _ in parts[0])
+        # One of them does not verify: the ones before it go as separate requests would, and the
+        # bundle is refused
+        more = [random_bytes(30_000, 5), random_bytes(30_000, 6)]
+        xorbs, shard = bundle_parts(more, False, [hashlib.sha256(f).digest() for f in more])
+        damaged = [xorbs[0], (xorbs[1][0], xorbs[1][1][:-1] + bytes([xorbs[1][1][-1] ^ 1]))]
+        writes.calls.clear()
+        with pytest.raises(Rejected):
+            store.put_xorbs_with_shard(damaged, shard, verify_sha256=True)
+        assert writes.calls == ["add_xorb"] and store.xorb_layout(xorbs[0][0]) is not None and store.xorb_layout(xorbs[1][0]) is None
     finally:
         store.close()
 
