@@ -275,6 +275,25 @@ def _squatter(where: bytes) -> Callable[[Callable[[str], None]], None]:
     return squat
 
 
+def _run_with_the_name_held(plan: dict, holder: Callable[[bytes], Callable[[Callable[[str], None]], None]], uid: int | None) -> tuple[dict, list[str]]:
+    """Run the harness on `plan` while `holder(address)`, forked (as `uid` if given) before the
+    first agent starts, holds the name of the command's fork server: the harness's report, and
+    the lines the holder said."""
+    held: list[tuple[int, int]] = []
+
+    def hold(point: str, harness: int) -> None:
+        pid, read_end = _forked(holder(address(_lfs_id(harness), plan["operation"])), uid=uid)
+        held.append((pid, read_end))
+        assert os.read(read_end, 10) == b"listening\n"
+
+    try:
+        report = _run_harness({**plan, "pause_at": ["start"]}, hold)
+    finally:
+        for pid, _ in held:
+            os.kill(pid, signal.SIGKILL)
+    return report, _read_all(*held[0]).split("\n")
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
 def test_agents_hand_nothing_to_another_users_server(tmp_path: Path) -> None:
     """Another user who takes the socket's name first (it can predict it) is not trusted: the
@@ -282,20 +301,8 @@ def test_agents_hand_nothing_to_another_users_server(tmp_path: Path) -> None:
     repo, objects = _repo_with_objects(tmp_path, 4)
     create_local_store(tmp_path / "store")
     env = local_store_env(tmp_path, tmp_path / "store")
-    squatters: list[tuple[int, int]] = []
-
-    def squat(point: str, harness: int) -> None:
-        pid, read_end = _forked(_squatter(address(_lfs_id(harness), "upload")), uid=NOBODY)
-        squatters.append((pid, read_end))
-        assert os.read(read_end, 10) == b"listening\n"
-
-    plan = {"operation": "upload", "cwd": str(repo), "agents": [{"env": env, "requests": r} for r in _uploads(objects, 2)], "pause_at": ["start"]}
-    try:
-        report = _run_harness(plan, squat)
-    finally:
-        for pid, _ in squatters:
-            os.kill(pid, signal.SIGKILL)
-    received = _read_all(*squatters[0]).split("\n")
+    plan = {"operation": "upload", "cwd": str(repo), "agents": [{"env": env, "requests": r} for r in _uploads(objects, 2)]}
+    report, received = _run_with_the_name_held(plan, _squatter, uid=NOBODY)
     assert sum(len(_completed(a)) for a in report["answers"]) == 4
     assert [len(_served_by(report, i)) for i in range(2)] == [0, 0]
     assert received[:2] == ["fds 0", "fds 0"]  # both agents connected, and sent nothing
@@ -330,21 +337,9 @@ def test_an_agent_shows_its_first_byte_before_it_hands_its_object_over(tmp_path:
     repo, objects = _repo_with_objects(tmp_path, 4)
     create_local_store(tmp_path / "store")
     env = local_store_env(tmp_path, tmp_path / "store")
-    held: list[tuple[int, int]] = []
-
-    def hold(point: str, harness: int) -> None:
-        pid, read_end = _forked(_refuser(address(_lfs_id(harness), "upload")), uid=None)
-        held.append((pid, read_end))
-        assert os.read(read_end, 10) == b"listening\n"
-
     deal = _uploads(objects, 2)
-    plan = {"operation": "upload", "cwd": str(repo), "launcher": str(LAUNCHER), "agents": [{"env": env, "requests": r} for r in deal], "pause_at": ["start"]}
-    try:
-        report = _run_harness(plan, hold)
-    finally:
-        for pid, _ in held:
-            os.kill(pid, signal.SIGKILL)
-    said = _read_all(*held[0]).split("\n")
+    plan = {"operation": "upload", "cwd": str(repo), "launcher": str(LAUNCHER), "agents": [{"env": env, "requests": r} for r in deal]}
+    report, said = _run_with_the_name_held(plan, _refuser, uid=None)
     assert sorted(line for line in said if line.startswith("shown")) == sorted(f"shown {r[0]['oid']}" for r in deal)
     sizes = {oid: len(data) for oid, data, _ in objects}
     for requests, answers in zip(deal, report["answers"]):

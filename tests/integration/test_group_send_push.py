@@ -31,7 +31,7 @@ from git_xet.core.shard import parse_shard
 from git_xet.platform import local_sockets
 from git_xet.storage.cas_store import CasStore
 from tests.support.datagen import random_bytes
-from tests.support.gitenv import GitEnv, make_git_env
+from tests.support.gitenv import GitEnv, completed_oids, make_git_env
 from tests.support.objects import bundle_parts
 from tests.support.server_process import RunningServer, running_server
 
@@ -45,17 +45,6 @@ def _small_files(seed: int) -> dict[str, bytes]:
 
 def _bundle_posts(server: RunningServer, since: int) -> int:
     return sum(1 for r in server.requests()[since:] if r["path"] == UPLOAD_BUNDLES and r["method"] == "POST")
-
-
-def _completed_oids(trace: str) -> set[str]:
-    """Oids an agent answered `complete` (without an error) for, from git-lfs's transfer trace."""
-    done = set()
-    for line in trace.splitlines():
-        if "received response:" in line and '"complete"' in line:
-            answer = json.loads(line[line.index("{") :])
-            if "error" not in answer:
-                done.add(answer["oid"])
-    return done
 
 
 def _installed(tmp_path: Path, srv: RunningServer) -> GitEnv:
@@ -116,7 +105,7 @@ def test_kill_9_of_the_sending_agent_mid_push_loses_nothing_git_lfs_saw_complete
             push = subprocess.Popen(["git", "push", "origin", "main"], cwd=work, env=g.env, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + 120
         sender = None
-        while sender is None or len(_completed_oids(trace.read_text(errors="replace"))) < 20:
+        while sender is None or len(completed_oids(trace.read_text(errors="replace"))) < 20:
             assert push.poll() is None, "the push ended before its sender could be killed"
             assert time.monotonic() < deadline, "no group sender, or the push never completed 20 objects"
             sender = sender or _sender_pid(already)
@@ -125,7 +114,7 @@ def test_kill_9_of_the_sending_agent_mid_push_loses_nothing_git_lfs_saw_complete
         # Bounded: the first agent once waited for its fork server after its worker was killed,
         # and the push for it (handover.py WORKER_LOST).
         status = push.wait(timeout=120)
-        completed = _completed_oids(trace.read_text(errors="replace"))
+        completed = completed_oids(trace.read_text(errors="replace"))
         print(f"push exited {status}, {len(completed)} of {FILES} objects complete")
         assert len(completed) >= 20 and completed <= by_oid.keys()
         store = CasStore(srv.data_dir)

@@ -7,7 +7,6 @@ real server and fails requests on cue. Everything else is the real thing.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -23,7 +22,7 @@ from git_xet.pipelines.file_hashing import hash_bytes
 from git_xet.storage.cas_store import CasStore
 from tests.support.datagen import random_bytes
 from tests.support.fault_proxy import FaultPlan, FaultRate, fault_proxy
-from tests.support.gitenv import GitEnv, agent_peak_rss, agent_pids, cached_xorbs, make_git_env, record_agent_rss
+from tests.support.gitenv import GitEnv, agent_peak_rss, agent_pids, cached_xorbs, completed_oids, make_git_env, record_agent_rss
 from tests.support.server_process import RunningServer, running_server
 
 MIB = 1 << 20
@@ -255,17 +254,6 @@ def test_two_pushes_and_a_clone_at_once_sharing_one_cache(tmp_path: Path) -> Non
     assert max(peaks) < 300, f"an agent peaked at {max(peaks):.0f} MiB"
 
 
-def _completed_oids(trace: str) -> set[str]:
-    """Oids an agent answered `complete` (without an error) for, from git-lfs's transfer trace."""
-    done = set()
-    for line in trace.splitlines():
-        if "received response:" in line and '"complete"' in line:
-            answer = json.loads(line[line.index("{") :])
-            if "error" not in answer:
-                done.add(answer["oid"])
-    return done
-
-
 def test_kill_9_server_mid_push_of_small_files_keeps_every_object_git_lfs_saw_complete(tmp_path: Path) -> None:
     """Each object is durable on the server (object files, index commit) before its agent says
     `complete`: kill -9 the server while agents are pushing many small files (no proxy, no hold:
@@ -284,14 +272,14 @@ def test_kill_9_server_mid_push_of_small_files_keeps_every_object_git_lfs_saw_co
         with open(trace, "w") as err:
             push = subprocess.Popen(["git", "push", "origin", "main"], cwd=work, env=g.env, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + 120
-        while len(_completed_oids(trace.read_text(errors="replace"))) < 20:
+        while len(completed_oids(trace.read_text(errors="replace"))) < 20:
             assert push.poll() is None, "the push ended before the server could be killed"
             assert time.monotonic() < deadline, "the push never completed 20 objects"
             time.sleep(0.01)
         srv.process.kill()  # SIGKILL mid-push: no drain, no cleanup
         srv.process.wait(timeout=30)
         assert push.wait(timeout=300) != 0
-    completed = _completed_oids(trace.read_text(errors="replace"))
+    completed = completed_oids(trace.read_text(errors="replace"))
     assert 20 <= len(completed) < len(files), "the server was not killed mid-push"
     assert completed <= by_oid.keys()
 

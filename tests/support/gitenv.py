@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -141,3 +142,15 @@ def cached_xorbs(cache_root: Path) -> int:
         finally:
             cache.close()
     return total
+
+
+def completed_oids(trace: str) -> set[str]:
+    """Oids an agent answered `complete` (without an error) for, from git-lfs's transfer trace
+    (GIT_TRACE with GIT_TRANSFER_TRACE=1)."""
+    done = set()
+    for line in trace.splitlines():
+        if "received response:" in line and '"complete"' in line:
+            answer = json.loads(line[line.index("{") :])
+            if "error" not in answer:
+                done.add(answer["oid"])
+    return done
