@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING, Final
 
 from ..client.errors import TransferError
 from ..client.group_send import SEND_ALONE, SENT, GroupSender
-from ..core.bundle_merge import MAX_GROUP_BYTES, BundleParts, referenced_chunks
-from ..core.shard import parse_shard
+from ..core.bundle_merge import MAX_GROUP_BYTES, BundleParts
 from ..core.upload_bundle import MAX_BUNDLE_XORBS
 from ..platform import local_sockets
 from .lineage import lfs_process_id
@@ -283,7 +282,7 @@ class _Runner:
             xorbs.append((xorb_hex, data[at : at + size]))
             at += size
         shard = data[at:]  # its chunk count as counted here, not as the agent said
-        return BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
+        return BundleParts.of(xorbs, shard)
 
     def close(self) -> None:
         """Take no new agents; answer the requests already read (bounded); then each link

@@ -23,7 +23,6 @@ from ..core.errors import XetError
 from ..core.bundle_merge import MAX_GROUP_FILES, BundleParts, fits_with, merge_bundles
 from ..core.hashes import hash_to_hex
 from ..core.http_headers import REFUSED_SHA256
-from ..core.shard import parse_shard
 from .errors import TransferError
 
 # What send() answers when the group's bundle did not go through as a whole: send your own.
@@ -34,7 +33,7 @@ SENT: Final = "sent"
 class _Waiter:
     def __init__(self, parts: BundleParts) -> None:
         self.parts = parts
-        self.files = {hash_to_hex(info.file_hash) for info in parse_shard(parts.shard).files}
+        self.files = {hash_to_hex(info.file_hash) for info in parts.parsed.files}
         self.answer: str | TransferError | None = None
         self.lead = False
         self.woken = threading.Event()

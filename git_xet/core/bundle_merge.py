@@ -36,11 +36,19 @@ MAX_GROUP_CHUNKS = 64
 
 class BundleParts(NamedTuple):
     """One upload bundle before packing: its xorbs ((hex hash, footerless body) pairs), its
-    shard in upload form, and how many chunks the shard's files name (referenced_chunks)."""
+    shard in upload form, how many chunks the shard's files name (referenced_chunks), and the
+    shard parsed (merging and answering a group read it, not the bytes again)."""
 
     xorbs: tuple[tuple[str, bytes], ...]
     shard: bytes
     chunks: int
+    parsed: Shard
+
+    @classmethod
+    def of(cls, xorbs: Sequence[tuple[str, bytes]], shard: bytes, parsed: Shard | None = None) -> BundleParts:
+        """`xorbs` and `shard` (`parsed`: the shard already parsed, if the caller has it)."""
+        parsed = parse_shard(shard) if parsed is None else parsed
+        return cls(tuple(xorbs), shard, referenced_chunks(parsed), parsed)
 
     @property
     def size(self) -> int:
@@ -76,7 +84,7 @@ def merge_bundles(group: Sequence[BundleParts]) -> BundleParts:
         raise ValueError("a merged bundle needs at least one bundle")
     if len(group) == 1:
         return group[0]
-    shards = [parse_shard(parts.shard) for parts in group]
+    shards = [parts.parsed for parts in group]
     merged = Shard(
         tuple(info for shard in shards for info in shard.files),
         tuple(info for shard in shards for info in shard.cas),
@@ -85,7 +93,7 @@ def merge_bundles(group: Sequence[BundleParts]) -> BundleParts:
     for parts in group:
         for xorb_hex, body in parts.xorbs:
             xorbs.setdefault(xorb_hex, body)
-    return BundleParts(tuple(xorbs.items()), serialize_shard(merged, with_footer=False), referenced_chunks(merged))
+    return BundleParts.of(tuple(xorbs.items()), serialize_shard(merged, with_footer=False), merged)
 
 
 def groupable(xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> BundleParts | None:
@@ -99,5 +107,5 @@ def groupable(xorbs: Sequence[tuple[str, bytes | memoryview]], shard: bytes) -> 
     held = {xorb_hex for xorb_hex, _ in xorbs}
     if any(hash_to_hex(info.xorb_hash) not in held for info in parsed.cas):
         return None
-    parts = BundleParts(tuple((xorb_hex, bytes(body)) for xorb_hex, body in xorbs), shard, referenced_chunks(parsed))
+    parts = BundleParts.of([(xorb_hex, bytes(body)) for xorb_hex, body in xorbs], shard, parsed)
     return parts if parts.size <= MAX_GROUP_BYTES and parts.chunks <= MAX_GROUP_CHUNKS else None

@@ -25,9 +25,8 @@ from git_xet.client.group_send import SEND_ALONE
 from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.serve_extension import ServeExtension
 from git_xet.client.tokens import StaticToken
-from git_xet.core.bundle_merge import BundleParts, referenced_chunks
+from git_xet.core.bundle_merge import BundleParts
 from git_xet.core.extension import UPLOAD_BUNDLES
-from git_xet.core.shard import parse_shard
 from git_xet.platform import local_sockets
 from git_xet.storage.cas_store import CasStore
 from tests.support.datagen import random_bytes
@@ -143,7 +142,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningSe
 def _parts(seed: int) -> BundleParts:
     data = random_bytes(500, seed)
     xorbs, shard = bundle_parts([data], True, [hashlib.sha256(data).digest()])
-    return BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
+    return BundleParts.of(xorbs, shard)
 
 
 def _as_other_user(job: str, where: bytes) -> tuple[int, int]:

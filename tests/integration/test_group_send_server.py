@@ -19,7 +19,7 @@ from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.retry import RetryPolicy
 from git_xet.client.tokens import StaticToken
 from git_xet.client.group_send import SEND_ALONE, SENT, GroupSender
-from git_xet.core.bundle_merge import BundleParts, referenced_chunks
+from git_xet.core.bundle_merge import BundleParts
 from git_xet.core.extension import UPLOAD_BUNDLES
 from git_xet.core.hashes import hash_to_hex
 from git_xet.core.http_headers import bearer
@@ -42,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 def _parts(data: bytes) -> BundleParts:
     xorbs, shard = bundle_parts([data], True, [hashlib.sha256(data).digest()])
-    return BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
+    return BundleParts.of(xorbs, shard)
 
 
 def _poster(server: RunningServer, token: str) -> Callable[[BundleParts], object]:
@@ -128,7 +128,7 @@ def test_senders_share_bundles_and_keep_their_own_answers(server: RunningServer)
     def agent(first: int) -> None:
         for i in range(first, len(datas), SENDERS):
             xorbs, shard = bundle_parts([datas[i]], True, [claims[i]])
-            parts = BundleParts(tuple(xorbs), shard, referenced_chunks(parse_shard(shard)))
+            parts = BundleParts.of(xorbs, shard)
             try:
                 answers[i] = sender.send(parts)
             except TransferError:

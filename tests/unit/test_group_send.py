@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from git_xet.client.errors import TransferError
 from git_xet.client.group_send import SEND_ALONE, SENT, GroupSender
-from git_xet.core.bundle_merge import MAX_GROUP_FILES, BundleParts, referenced_chunks
+from git_xet.core.bundle_merge import MAX_GROUP_FILES, BundleParts
 from git_xet.core.hashes import hash_to_hex
 from git_xet.core.http_headers import REFUSED_SHA256
 from git_xet.core.shard import parse_shard
@@ -24,7 +24,7 @@ from tests.support.objects import bundle_parts
 def _parts(data: bytes) -> tuple[BundleParts, str]:
     xorbs, shard = bundle_parts([data], True, [hashlib.sha256(data).digest()])
     parsed = parse_shard(shard)
-    return BundleParts(tuple(xorbs), shard, referenced_chunks(parsed)), hash_to_hex(parsed.files[0].file_hash)
+    return BundleParts.of(xorbs, shard, parsed), hash_to_hex(parsed.files[0].file_hash)
 
 
 @settings(max_examples=30, deadline=None)
