@@ -254,35 +254,43 @@ def test_a_fork_server_answers_no_other_user(tmp_path: Path) -> None:
     assert sum(len(_completed(a)) for a in report["answers"]) == 2
 
 
-def _squatter(where: bytes) -> Callable[[Callable[[str], None]], None]:
-    """A server holding the socket's name, saying how many descriptors each connection sent."""
+Answer = Callable[[socket.socket, Callable[[str], None]], None]
 
-    def squat(say: Callable[[str], None]) -> None:
+
+def _count_descriptors(conn: socket.socket, say: Callable[[str], None]) -> None:
+    """Say how many descriptors the connection sent."""
+    conn.settimeout(3)
+    try:
+        _, ancillary, _, _ = conn.recvmsg(1 << 20, 64)
+        say(f"fds {sum(len(data) // 4 for _, _, data in ancillary)}")
+    except OSError:
+        say("fds 0")
+
+
+def _holder(where: bytes, answer: Answer) -> Callable[[Callable[[str], None]], None]:
+    """A server holding the socket's name, giving each connection to `answer`, until killed."""
+
+    def hold(say: Callable[[str], None]) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         listener.bind(where)
         listener.listen(16)
         say("listening")
-        while True:  # until killed
+        while True:
             conn, _ = listener.accept()
-            conn.settimeout(3)
-            try:
-                _, ancillary, _, _ = conn.recvmsg(1 << 20, 64)
-                say(f"fds {sum(len(data) // 4 for _, _, data in ancillary)}")
-            except OSError:
-                say("fds 0")
-            conn.close()
+            with conn:
+                answer(conn, say)
 
-    return squat
+    return hold
 
 
-def _run_with_the_name_held(plan: dict, holder: Callable[[bytes], Callable[[Callable[[str], None]], None]], uid: int | None) -> tuple[dict, list[str]]:
-    """Run the harness on `plan` while `holder(address)`, forked (as `uid` if given) before the
-    first agent starts, holds the name of the command's fork server: the harness's report, and
-    the lines the holder said."""
+def _run_with_the_name_held(plan: dict, answer: Answer, uid: int | None) -> tuple[dict, list[str]]:
+    """Run the harness on `plan` while a server answering with `answer`, forked (as `uid` if
+    given) before the first agent starts, holds the name of the command's fork server: the
+    harness's report, and the lines the server said."""
     held: list[tuple[int, int]] = []
 
     def hold(point: str, harness: int) -> None:
-        pid, read_end = _forked(holder(address(_lfs_id(harness), plan["operation"])), uid=uid)
+        pid, read_end = _forked(_holder(address(_lfs_id(harness), plan["operation"]), answer), uid=uid)
         held.append((pid, read_end))
         assert os.read(read_end, 10) == b"listening\n"
 
@@ -302,32 +310,21 @@ def test_agents_hand_nothing_to_another_users_server(tmp_path: Path) -> None:
     create_local_store(tmp_path / "store")
     env = local_store_env(tmp_path, tmp_path / "store")
     plan = {"operation": "upload", "cwd": str(repo), "agents": [{"env": env, "requests": r} for r in _uploads(objects, 2)]}
-    report, received = _run_with_the_name_held(plan, _squatter, uid=NOBODY)
+    report, received = _run_with_the_name_held(plan, _count_descriptors, uid=NOBODY)
     assert sum(len(_completed(a)) for a in report["answers"]) == 4
     assert [len(_served_by(report, i)) for i in range(2)] == [0, 0]
     assert received[:2] == ["fds 0", "fds 0"]  # both agents connected, and sent nothing
 
 
-def _refuser(where: bytes) -> Callable[[Callable[[str], None]], None]:
-    """A server of this user holding the socket's name: says which oid each request says its
-    agent already showed progress for, and refuses it (the agent serves itself)."""
-
-    def refuse(say: Callable[[str], None]) -> None:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        listener.bind(where)
-        listener.listen(16)
-        say("listening")
-        while True:  # until killed
-            conn, _ = listener.accept()
-            message, ancillary, _, _ = conn.recvmsg(1 << 20, 64)
-            for _, _, data in ancillary:
-                for fd in array.array("i", data[: len(data) - len(data) % 4]):
-                    os.close(fd)
-            say(f"shown {marshal.loads(message)[4] or '-'}")
-            conn.sendall(REFUSED)
-            conn.close()
-
-    return refuse
+def _refuse_saying_shown(conn: socket.socket, say: Callable[[str], None]) -> None:
+    """Say which oid the request says its agent already showed progress for, and refuse it
+    (the agent serves itself)."""
+    message, ancillary, _, _ = conn.recvmsg(1 << 20, 64)
+    for _, _, data in ancillary:
+        for fd in array.array("i", data[: len(data) - len(data) % 4]):
+            os.close(fd)
+    say(f"shown {marshal.loads(message)[4] or '-'}")
+    conn.sendall(REFUSED)
 
 
 def test_an_agent_shows_its_first_byte_before_it_hands_its_object_over(tmp_path: Path) -> None:
@@ -339,7 +336,7 @@ def test_an_agent_shows_its_first_byte_before_it_hands_its_object_over(tmp_path:
     env = local_store_env(tmp_path, tmp_path / "store")
     deal = _uploads(objects, 2)
     plan = {"operation": "upload", "cwd": str(repo), "launcher": str(LAUNCHER), "agents": [{"env": env, "requests": r} for r in deal]}
-    report, said = _run_with_the_name_held(plan, _refuser, uid=None)
+    report, said = _run_with_the_name_held(plan, _refuse_saying_shown, uid=None)
     assert sorted(line for line in said if line.startswith("shown")) == sorted(f"shown {r[0]['oid']}" for r in deal)
     sizes = {oid: len(data) for oid, data, _ in objects}
     for requests, answers in zip(deal, report["answers"]):
