@@ -277,9 +277,8 @@ class CasStore:
         When the shard is small (see BUNDLE_CHUNKS), the xorbs not stored yet are written in one
         objects.put_new_many and indexed in the shard's transaction, and the shard's checks read
         them from memory instead of from the store: one index commit per bundle instead of one
-        per xorb and one for the shard
-        (a bundle of several small files, client/group_send.py, has a xorb per file), and no
-        read back of bytes just verified. Their writer locks are held from their creation to
+        per xorb and one for the shard (a bundle of several small files, client/group_send.py,
+        has a xorb per file), and no read back of bytes just verified. Their writer locks are held from their creation to
         that commit, as put_xorb holds one. Otherwise, or when one of them does not verify,
         each xorb is stored on its own (one writer lock at a time), then the shard. Either way
         a xorb stored before the shard is refused stays stored and indexed, as after separate

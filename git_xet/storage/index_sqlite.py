@@ -114,10 +114,6 @@ _OLDEST_READABLE = 3
 # Stripes of xorb_writer_lock: writers of two xorbs wait for each other only when their
 # hashes share a first byte, and then only for an object write.
 XORB_LOCK_STRIPES = 256
-
-
-def _stripe(xorb_hex: str) -> int:
-    return int(xorb_hex[:2], 16) % XORB_LOCK_STRIPES
 # Version 0 had one namespace and stored every sha256 a client claimed. Its files become the
 # files of the repo DEFAULT_REPO (what tokens name unless told otherwise); its claimed sha256s
 # become that repo's oids, but no longer count as verified.
@@ -159,6 +155,11 @@ def _check_quota(db: sqlite3.Connection, shard: ShardRegistration) -> None:
     used = _logical_bytes(db, shard.repo)
     if adding and used + adding > row[0]:
         raise quota_exceeded(shard.repo, row[0], used, adding)
+
+
+def _stripe(xorb_hex: str) -> int:
+    """The xorb's stripe of xorb_writer_lock (XORB_LOCK_STRIPES)."""
+    return int(xorb_hex[:2], 16) % XORB_LOCK_STRIPES
 
 
 class SqliteIndex:
