@@ -28,10 +28,9 @@ from git_xet.client.tokens import StaticToken
 from git_xet.core.bundle_merge import BundleParts
 from git_xet.core.extension import UPLOAD_BUNDLES
 from git_xet.platform import local_sockets
-from git_xet.storage.cas_store import CasStore
 from tests.support.datagen import random_bytes
 from tests.support.gitenv import GitEnv, completed_oids, make_git_env
-from tests.support.objects import bundle_parts
+from tests.support.objects import assert_stored_whole, bundle_parts
 from tests.support.server_process import RunningServer, running_server
 
 FILES = 200
@@ -116,14 +115,7 @@ def test_kill_9_of_the_sending_agent_mid_push_loses_nothing_git_lfs_saw_complete
         completed = completed_oids(trace.read_text(errors="replace"))
         print(f"push exited {status}, {len(completed)} of {FILES} objects complete")
         assert len(completed) >= 20 and completed <= by_oid.keys()
-        store = CasStore(srv.data_dir)
-        try:
-            for oid in sorted(completed):
-                stored = store.file_by_sha256(oid)
-                assert stored is not None, f"{oid[:12]} was reported complete but is not in the store"
-                assert b"".join(store.iter_file_bytes(stored)) == by_oid[oid]
-        finally:
-            store.close()
+        assert_stored_whole(srv.data_dir, completed, by_oid)
 
 
 # ------------------------------------------------------------------------- another local user

@@ -23,6 +23,7 @@ from git_xet.storage.cas_store import CasStore
 from tests.support.datagen import random_bytes
 from tests.support.fault_proxy import FaultPlan, FaultRate, fault_proxy
 from tests.support.gitenv import GitEnv, agent_peak_rss, agent_pids, cached_xorbs, completed_oids, make_git_env, record_agent_rss
+from tests.support.objects import assert_stored_whole
 from tests.support.server_process import RunningServer, running_server
 
 MIB = 1 << 20
@@ -284,11 +285,4 @@ def test_kill_9_server_mid_push_of_small_files_keeps_every_object_git_lfs_saw_co
     assert completed <= by_oid.keys()
 
     with running_server(data_dir, port=port):
-        store = CasStore(data_dir)
-        try:
-            for oid in sorted(completed):
-                stored = store.file_by_sha256(oid)
-                assert stored is not None, f"{oid[:12]} was reported complete but is not in the store after the crash"
-                assert b"".join(store.iter_file_bytes(stored)) == by_oid[oid]
-        finally:
-            store.close()
+        assert_stored_whole(data_dir, completed, by_oid)  # after the crash

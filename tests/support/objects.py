@@ -85,3 +85,18 @@ def bundle_parts(files: list[bytes], one_xorb: bool, claims: list[bytes | None])
             term = FileTerm(built.xorb_hash, digest.size, start, start + len(digest.chunk_hashes))
             infos.append(FileInfo(digest.file_hash, (term,), (hashes.verification_hash(digest.chunk_hashes),), next(claim_of)))
     return xorbs, serialize_shard(Shard(tuple(infos), tuple(cas)), with_footer=False)
+
+
+def assert_stored_whole(data_dir: Path, oids: set[str], by_oid: dict[str, bytes]) -> None:
+    """Each of `oids` (objects an agent reported complete) is in the store at `data_dir`, with
+    the bytes `by_oid` gives it."""
+    from git_xet.storage.cas_store import CasStore
+
+    store = CasStore(data_dir)
+    try:
+        for oid in sorted(oids):
+            stored = store.file_by_sha256(oid)
+            assert stored is not None, f"{oid[:12]} was reported complete but is not in the store"
+            assert b"".join(store.iter_file_bytes(stored)) == by_oid[oid]
+    finally:
+        store.close()
