@@ -161,27 +161,30 @@ def _origin(url: str) -> str:
 
 class _Pieces:
     """A request body as httpx sends an iterable: the buffers it already lies in, parts under
-    SEND_PIECE joined with their neighbours (a part per write would send each 8-byte chunk
-    header on its own). Not a generator, so httpx may send it again (after a 401, a 307)."""
+    SEND_PIECE joined with their neighbours in one copy (a part per write would send each
+    8-byte chunk header on its own). Not a generator, so httpx may send it again (after a 401,
+    a 307)."""
 
     def __init__(self, body: bytes | memoryview | ScatteredBytes) -> None:
         self._parts = body.parts if isinstance(body, ScatteredBytes) else (body,)
 
     def __iter__(self) -> Iterator[bytes]:
-        pending = bytearray()
+        pending: list[bytes | memoryview] = []
+        size = 0
         for part in self._parts:
             if len(part) >= SEND_PIECE:
-                if pending:
-                    yield bytes(pending)
-                    pending.clear()
+                if size:
+                    yield b"".join(pending)
+                    pending, size = [], 0
                 yield part  # type: ignore[misc]  # (a buffer: the socket sends any)
             else:
-                pending += part
-                if len(pending) >= SEND_PIECE:
-                    yield bytes(pending)
-                    pending.clear()
-        if pending:
-            yield bytes(pending)
+                pending.append(part)
+                size += len(part)
+                if size >= SEND_PIECE:
+                    yield b"".join(pending)
+                    pending, size = [], 0
+        if size:
+            yield b"".join(pending)
 
 
 class _Body:
