@@ -278,11 +278,11 @@ class CasStore:
         objects.put_new_many and indexed in the shard's transaction, and the shard's checks read
         them from memory instead of from the store: one index commit per bundle instead of one
         per xorb and one for the shard (a bundle of several small files, client/group_send.py,
-        has a xorb per file), and no read back of bytes just verified. Their writer locks are held from their creation to
-        that commit, as put_xorb holds one. Otherwise, or when one of them does not verify,
-        each xorb is stored on its own (one writer lock at a time), then the shard. Either way
-        a xorb stored before the shard is refused stays stored and indexed, as after separate
-        requests."""
+        has a xorb per file), and no read back of bytes just verified. Their writer locks are
+        held from their creation to that commit, as put_xorb holds one. Otherwise, or when one
+        of them does not verify, each xorb is stored on its own (one writer lock at a time),
+        then the shard. Either way a xorb stored before the shard is refused stays stored and
+        indexed, as after separate requests."""
         pending: dict[str, bytes | memoryview] = {}  # (a xorb named twice is stored once)
         for xorb_hex, body in xorbs:
             if xorb_hex not in pending and not self._is_stored(xorb_hex, self.xorb_key(xorb_hex)):
