@@ -4,7 +4,11 @@
 
 For each repeat, a fresh `git xet serve` on 127.0.0.1 and fresh caches: git-xet uploads the
 file, hf-xet uploads the same file to another fresh server (no dedup between them), then each
-downloads its own upload back. Every upload and download runs in a process of its own, so
+downloads its own upload back. git-xet runs twice: as its users get it (the backend that `git
+push` to a `git xet serve` and `git_xet.open_store(url)` open, which asks the server what it
+offers: upload streams let the server hash the file's sha256 while its xorbs arrive), and on
+the XET API alone (as against the Hub's CAS, where the server hashes the file after its last
+xorb, as it does for hf-xet). Every upload and download runs in a process of its own, so
 its CPU (user + sys, all threads, interpreter start-up included for both clients) is measured
 exactly, with getrusage(RUSAGE_CHILDREN); the server's CPU per phase is read from /proc, and
 how long it took to answer the upload's shard (what a client waits for after its last xorb)
@@ -42,12 +46,18 @@ _OURS = r"""
 import sys, json, os
 from pathlib import Path
 from git_xet.platform.memory import tune_allocator
+from git_xet.client.backends import open_backend
 from git_xet.client.http_backend import HttpCasBackend
+from git_xet.client.location import StoreLocation
 from git_xet.client.tokens import StaticToken
 from git_xet.client.shard_cache import ShardCache
 tune_allocator()
-phase, url, src, out, cache = sys.argv[1:6]
-backend = HttpCasBackend(url, StaticToken(os.environ["GIT_XET_BENCH_TOKEN"]))
+phase, url, src, out, cache, api = sys.argv[1:7]
+token = StaticToken(os.environ["GIT_XET_BENCH_TOKEN"])
+if api == "xet":  # the XET API alone, as against a CAS an LFS server names (the Hub's)
+    backend = HttpCasBackend(url, token)
+else:  # what the agent and open_store open for a `git xet serve` URL
+    backend = open_backend(StoreLocation("http", url), tokens=token)
 if phase == "up":
     from git_xet.pipelines.upload import Uploader
     with Uploader(backend, ShardCache(Path(cache), backend.cache_key)) as up:
@@ -72,13 +82,13 @@ def measured(server_pid: int, fn: Callable[[], tuple[float, Any]]) -> tuple[dict
     return {"seconds": seconds, "client_cpu": children_cpu() - client0, "server_cpu": process_cpu(server_pid) - server0}, result
 
 
-def _ours(phase: str, url: str, token: str, arg: str, out: Path, cache: Path) -> tuple[float, dict]:
+def _ours(phase: str, url: str, token: str, arg: str, out: Path, cache: Path, api: str) -> tuple[float, dict]:
     """Our client's phase in a process of its own, timed as hf-xet's is: the whole process,
-    interpreter start-up and imports included."""
+    interpreter start-up and imports included. `api`: "store" (as users get it) or "xet"."""
     t = time.perf_counter()
     # The token travels in the environment: a failed command line must not print it.
     proc = subprocess.run(
-        [sys.executable, "-c", _OURS, phase, url, arg, str(out), str(cache)],
+        [sys.executable, "-c", _OURS, phase, url, arg, str(out), str(cache), api],
         capture_output=True, text=True, env=dict(os.environ, GIT_XET_BENCH_TOKEN=token), check=False,
     )  # fmt: skip
     if proc.returncode:
@@ -147,16 +157,21 @@ def shard_wait_ms(access_log: str) -> float:
     return answers[-1]
 
 
+# Our client's runs: "ours" as users get it, "ours_xet" on the XET API alone.
+OURS_APIS = {"ours": "store", "ours_xet": "xet"}
+
+
 def round_trip(who: str, src: Path, run: Path) -> dict[str, dict]:
     """Upload `src` with one client to a fresh server, download it back, check the bytes."""
     with running_server(run / "data") as srv:  # info: the access log's lines time the shard
         token = srv.token("write")
         out = run / "out.bin"
         pid = srv.process.pid
-        if who == "ours":
-            up, info = measured(pid, lambda: _ours("up", srv.url, token, str(src), out, run / "cache"))
+        if who in OURS_APIS:
+            api = OURS_APIS[who]
+            up, info = measured(pid, lambda: _ours("up", srv.url, token, str(src), out, run / "cache", api))
             up["shard_ms"] = shard_wait_ms(srv.log())
-            down, _ = measured(pid, lambda: _ours("down", srv.url, token, json.dumps(info), out, run / "cache"))
+            down, _ = measured(pid, lambda: _ours("down", srv.url, token, json.dumps(info), out, run / "cache", api))
         else:
             up, info = measured(pid, lambda: _theirs_up(srv.url, token, src, run))
             up["shard_ms"] = shard_wait_ms(srv.log())
@@ -181,7 +196,7 @@ def main() -> int:
             for left in range(args.size_mib << 20, 0, -(64 << 20)):
                 f.write(os.urandom(min(64 << 20, left)))
         for i in range(args.repeats):
-            for who in (("ours", "theirs") if i % 2 == 0 else ("theirs", "ours")):
+            for who in (("ours", "theirs", "ours_xet") if i % 2 == 0 else ("ours_xet", "theirs", "ours")):
                 for phase, m in round_trip(who, src, root / f"{who}-{i}").items():
                     samples.setdefault(f"{who}_{phase}", []).append(m["seconds"])
                     samples.setdefault(f"{who}_{phase}_cpu", []).append(m["client_cpu"])
@@ -198,13 +213,19 @@ def main() -> int:
     gib = mib / 1024
     print(f"{mib} MiB through `git xet serve` on 127.0.0.1, median of {args.repeats}, {os.cpu_count()} cores")
     print(f"{'':<10}{'git-xet s':>10}{'MiB/s':>8}{'hf-xet s':>10}{'MiB/s':>8}{'ratio':>7}  {'client CPU s/GiB':>22}{'ratio':>7}  {'server CPU s/GiB':>18}")
-    for phase in ("up", "down"):
-        o, t = med[f"ours_{phase}"], med[f"theirs_{phase}"]
-        oc, tc = med[f"ours_{phase}_cpu"] / gib, med[f"theirs_{phase}_cpu"] / gib
-        os_, ts = med[f"ours_{phase}_server_cpu"] / gib, med[f"theirs_{phase}_server_cpu"] / gib
-        name = "upload" if phase == "up" else "download"
-        print(f"{name:<10}{o:>10.2f}{mib / o:>8.0f}{t:>10.2f}{mib / t:>8.0f}{o / t:>7.2f}  {oc:>10.2f} vs {tc:>8.2f}{oc / tc:>7.2f}  {os_:>7.2f} vs {ts:>7.2f}")
-    print(f"server's answer to the upload's shard, after the last xorb: {med['ours_shard_ms']:.0f} ms vs hf-xet's {med['theirs_shard_ms']:.0f} ms")
+    for who, label in (("ours", ""), ("ours_xet", "XET API only: ")):
+        if label:
+            print(f"{label}our client with no extension, as against the Hub's CAS")
+        for phase in ("up", "down"):
+            o, t = med[f"{who}_{phase}"], med[f"theirs_{phase}"]
+            oc, tc = med[f"{who}_{phase}_cpu"] / gib, med[f"theirs_{phase}_cpu"] / gib
+            os_, ts = med[f"{who}_{phase}_server_cpu"] / gib, med[f"theirs_{phase}_server_cpu"] / gib
+            name = "upload" if phase == "up" else "download"
+            print(f"{name:<10}{o:>10.2f}{mib / o:>8.0f}{t:>10.2f}{mib / t:>8.0f}{o / t:>7.2f}  {oc:>10.2f} vs {tc:>8.2f}{oc / tc:>7.2f}  {os_:>7.2f} vs {ts:>7.2f}")
+    print(
+        f"server's answer to the upload's shard, after the last xorb: {med['ours_shard_ms']:.0f} ms (XET API only: "
+        f"{med['ours_xet_shard_ms']:.0f} ms) vs hf-xet's {med['theirs_shard_ms']:.0f} ms"
+    )
     print(f"agent init {1000 * med['agent_init']:.0f} ms vs python -c pass {1000 * med['python_pass']:.0f} ms: {med['agent_init'] / med['python_pass']:.2f}x (target <= 2x)")
     print(f"agent's answer to its first request (Python starts then): {1000 * med['agent_first_answer']:.0f} ms")
     if args.json:
