@@ -47,17 +47,15 @@ import sys, json, os
 from pathlib import Path
 from git_xet.platform.memory import tune_allocator
 from git_xet.client.backends import open_backend
-from git_xet.client.http_backend import HttpCasBackend
 from git_xet.client.location import StoreLocation
 from git_xet.client.tokens import StaticToken
 from git_xet.client.shard_cache import ShardCache
 tune_allocator()
 phase, url, src, out, cache, api = sys.argv[1:7]
-token = StaticToken(os.environ["GIT_XET_BENCH_TOKEN"])
-if api == "xet":  # the XET API alone, as against a CAS an LFS server names (the Hub's)
-    backend = HttpCasBackend(url, token)
-else:  # what the agent and open_store open for a `git xet serve` URL
-    backend = open_backend(StoreLocation("http", url), tokens=token)
+# "http": what the agent and open_store open for a `git xet serve` URL; "cas": the XET API
+# alone, as for a CAS an LFS server names (the Hub's). One factory, as the agent's.
+kind = "cas" if api == "xet" else "http"
+backend = open_backend(StoreLocation(kind, url), tokens=StaticToken(os.environ["GIT_XET_BENCH_TOKEN"]))
 if phase == "up":
     from git_xet.pipelines.upload import Uploader
     with Uploader(backend, ShardCache(Path(cache), backend.cache_key)) as up:
@@ -213,9 +211,9 @@ def main() -> int:
     gib = mib / 1024
     print(f"{mib} MiB through `git xet serve` on 127.0.0.1, median of {args.repeats}, {os.cpu_count()} cores")
     print(f"{'':<10}{'git-xet s':>10}{'MiB/s':>8}{'hf-xet s':>10}{'MiB/s':>8}{'ratio':>7}  {'client CPU s/GiB':>22}{'ratio':>7}  {'server CPU s/GiB':>18}")
-    for who, label in (("ours", ""), ("ours_xet", "XET API only: ")):
-        if label:
-            print(f"{label}our client with no extension, as against the Hub's CAS")
+    for who, heading in (("ours", None), ("ours_xet", "XET API only: our client with no extension, as against the Hub's CAS")):
+        if heading:
+            print(heading)
         for phase in ("up", "down"):
             o, t = med[f"{who}_{phase}"], med[f"theirs_{phase}"]
             oc, tc = med[f"{who}_{phase}_cpu"] / gib, med[f"theirs_{phase}_cpu"] / gib
